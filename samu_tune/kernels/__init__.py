@@ -1,0 +1,1 @@
+"""``@triton.jit`` code only: no torch, no launches."""

@@ -1,0 +1,37 @@
+"""Tiny ``@triton.jit`` helpers reused by every kernel: complex products and the transition."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def cmul(ar, ai, br, bi):
+    """(ar + i ai) * (br + i bi)."""
+    return ar * br - ai * bi, ar * bi + ai * br
+
+
+@triton.jit
+def cmul_conj(ar, ai, br, bi):
+    """conj(ar + i ai) * (br + i bi): the adjoint's transition."""
+    return ar * br + ai * bi, ar * bi - ai * br
+
+
+@triton.jit
+def spectrum(nu_log_ptr, theta_log_ptr, lane, mask):
+    """Per-mode constants, each [BLOCK_M]: nu, theta, cos(theta), sin(theta)."""
+    nu = tl.exp(tl.load(nu_log_ptr + lane, mask=mask, other=0.0).to(tl.float32))
+    theta = tl.exp(tl.load(theta_log_ptr + lane, mask=mask, other=0.0).to(tl.float32))
+    return nu, theta, tl.cos(theta), tl.sin(theta)
+
+
+@triton.jit
+def transition(nu, cos_theta, sin_theta, eta, delta):
+    """A = exp(-nu e^eta) * exp(i (theta + delta)) from per-token eta, delta.
+
+    cos/sin(theta + delta) by angle addition: one cos/sin per token instead of per (token,
+    mode).  Returns (ar, ai, log_radius) with log_radius = -nu e^eta (needed by backward).
+    """
+    log_radius = -nu * tl.exp(eta)
+    radius = tl.exp(log_radius)
+    cd, sd = tl.cos(delta), tl.sin(delta)
+    return (radius * (cos_theta * cd - sin_theta * sd),
+            radius * (sin_theta * cd + cos_theta * sd), log_radius)

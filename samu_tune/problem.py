@@ -1,0 +1,125 @@
+"""ScanProblem: what a strategy choice depends on, as a frozen, hashable pydantic model."""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+DTypeName = Literal["float64", "float32", "bfloat16", "float16"]
+
+DTYPE_NAMES: dict[torch.dtype, str] = {
+    torch.float64: "float64", torch.float32: "float32",
+    torch.bfloat16: "bfloat16", torch.float16: "float16",
+}
+TORCH_DTYPES: dict[str, torch.dtype] = {v: k for k, v in DTYPE_NAMES.items()}
+SHORT_DTYPE: dict[str, str] = {"float64": "f64", "float32": "f32", "bfloat16": "bf16",
+                               "float16": "f16"}
+_LONG_DTYPE = {v: k for k, v in SHORT_DTYPE.items()}
+
+
+def dtype_name(dtype: torch.dtype | str) -> str:
+    """``torch.bfloat16`` / ``"bf16"`` / ``"bfloat16"`` -> ``"bfloat16"``."""
+    if isinstance(dtype, torch.dtype):
+        if dtype not in DTYPE_NAMES:
+            raise TypeError(f"unsupported dtype {dtype}; expected one of {sorted(DTYPE_NAMES.values())}")
+        return DTYPE_NAMES[dtype]
+    name = str(dtype).removeprefix("torch.")
+    name = _LONG_DTYPE.get(name, name)
+    if name not in TORCH_DTYPES:
+        raise TypeError(f"unsupported dtype {dtype!r}; expected one of {sorted(TORCH_DTYPES)}")
+    return name
+
+
+class ScanProblem(BaseModel):
+    """The shape, dtypes and features of one scan call.
+
+    ``backward`` is True when gradients will be taken (the "train" measurement mode), False
+    for forward-only calls.  ``deterministic`` is set when torch's deterministic mode is on:
+    strategies that use float atomics are then ineligible.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    B: int = Field(ge=1)
+    L: int = Field(ge=1)
+    M: int = Field(ge=1)
+    dtype: DTypeName = "bfloat16"
+    control_dtype: DTypeName = "float32"
+    device: Literal["cuda", "cpu"] = "cuda"
+    backward: bool = True
+    resets: bool = False
+    initial_state: bool = False
+    final_state: bool = False
+    deterministic: bool = False
+
+    @property
+    def mode(self) -> str:
+        return "train" if self.backward else "forward"
+
+    def key(self) -> str:
+        """Stable string key, e.g. ``B8-L4096-M512-bf16-train-resets``.
+
+        The control dtype appears only when it is not float32; the device is not part of the
+        key (the cache keeps one file per device signature).
+        """
+        parts = [f"B{self.B}", f"L{self.L}", f"M{self.M}", SHORT_DTYPE[self.dtype]]
+        if self.control_dtype != "float32":
+            parts.append(f"ctl{SHORT_DTYPE[self.control_dtype]}")
+        parts.append(self.mode)
+        for flag, label in ((self.resets, "resets"), (self.initial_state, "h0"),
+                            (self.final_state, "final"), (self.deterministic, "det")):
+            if flag:
+                parts.append(label)
+        return "-".join(parts)
+
+    def feature_key(self) -> str:
+        """The key without B, L and M: problems that may share a nearest-neighbour choice."""
+        return self.key().split("-", 3)[3]
+
+    @classmethod
+    def from_key(cls, key: str, device: str = "cuda") -> "ScanProblem":
+        """Inverse of :meth:`key`."""
+        parts = key.split("-")
+        try:
+            B, L, M = (int(p[1:]) for p in parts[:3])
+            fields: dict[str, object] = dict(B=B, L=L, M=M, dtype=_LONG_DTYPE[parts[3]],
+                                             device=device)
+            for part in parts[4:]:
+                if part.startswith("ctl"):
+                    fields["control_dtype"] = _LONG_DTYPE[part[3:]]
+                elif part in ("train", "forward"):
+                    fields["backward"] = part == "train"
+                else:
+                    fields[{"resets": "resets", "h0": "initial_state", "final": "final_state",
+                            "det": "deterministic"}[part]] = True
+        except (KeyError, ValueError, IndexError):
+            raise ValueError(f"not a problem key: {key!r}") from None
+        return cls(**fields)
+
+    @property
+    def elements(self) -> int:
+        return self.B * self.L * self.M
+
+    @classmethod
+    def from_tensors(
+        cls, eta: torch.Tensor, br: torch.Tensor, *, segment_pos: Optional[torch.Tensor] = None,
+        initial_state: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+        output_final_state: bool = False, backward: Optional[bool] = None,
+        tensors: tuple[torch.Tensor, ...] = (),
+    ) -> "ScanProblem":
+        """Build the problem of a validated call.
+
+        ``backward`` defaults to: grad mode is on and one of ``tensors`` requires grad.
+        """
+        if backward is None:
+            backward = torch.is_grad_enabled() and any(
+                t is not None and t.requires_grad for t in tensors)
+        B, L, M = br.shape
+        return cls(
+            B=B, L=L, M=M, dtype=dtype_name(br.dtype), control_dtype=dtype_name(eta.dtype),
+            device="cuda" if br.device.type == "cuda" else "cpu", backward=bool(backward),
+            resets=segment_pos is not None, initial_state=initial_state is not None,
+            final_state=bool(output_final_state),
+            deterministic=torch.are_deterministic_algorithms_enabled(),
+        )

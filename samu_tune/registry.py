@@ -1,0 +1,220 @@
+"""Strategies as data: capability specs, config spaces, and the registry.
+
+A strategy module builds one :class:`Strategy` and calls :func:`register`.  Everything else
+(dispatch, tuner, CLI, the generated tests) reads the registry.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import itertools
+import typing
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Callable, Optional, Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from .device import DeviceInfo, device_info
+from .problem import ScanProblem
+from .tensors import ScanInputs, ScanOutput
+
+ALL_DTYPES = frozenset({"float32", "bfloat16", "float16"})
+CONTROL_DTYPES = frozenset({"float32", "bfloat16"})
+
+
+class Capability(BaseModel):
+    """What a strategy can run, as data; :meth:`reasons` says in words why it cannot."""
+
+    model_config = ConfigDict(frozen=True)
+
+    dtypes: frozenset[str] = ALL_DTYPES
+    control_dtypes: frozenset[str] = CONTROL_DTYPES
+    devices: frozenset[str] = frozenset({"cuda"})
+    triton: bool = True            # Triton kernels: CPU tensors only under TRITON_INTERPRET=1
+    max_modes: Optional[int] = None
+    max_length: Optional[int] = None
+    resets: bool = True
+    initial_state: bool = True
+    final_state: bool = True
+    backward: bool = True
+    deterministic: bool = True     # no float atomics: bitwise reproducible
+    min_compute_capability: Optional[tuple[int, int]] = None
+
+    def reasons(self, problem: ScanProblem, device: Optional[DeviceInfo] = None) -> list[str]:
+        """Why this capability cannot run ``problem`` on ``device``; empty when it can."""
+        out: list[str] = []
+        if problem.dtype not in self.dtypes:
+            out.append(f"dtype {problem.dtype} not in {sorted(self.dtypes)}")
+        if problem.control_dtype not in self.control_dtypes:
+            out.append(f"control dtype {problem.control_dtype} not in {sorted(self.control_dtypes)}")
+        if problem.device == "cpu" and self.triton and "cpu" not in self.devices:
+            if device is None or not device.interpret:
+                out.append("CPU tensors need TRITON_INTERPRET=1 for Triton kernels")
+        elif problem.device not in self.devices:
+            out.append(f"device {problem.device} not in {sorted(self.devices)}")
+        if self.max_modes is not None and problem.M > self.max_modes:
+            out.append(f"M={problem.M} > max_modes={self.max_modes}")
+        if self.max_length is not None and problem.L > self.max_length:
+            out.append(f"L={problem.L} > max_length={self.max_length}")
+        for wanted, supported, label in (
+            (problem.resets, self.resets, "resets (segment_pos)"),
+            (problem.initial_state, self.initial_state, "initial state"),
+            (problem.final_state, self.final_state, "final state"),
+            (problem.backward, self.backward, "backward"),
+        ):
+            if wanted and not supported:
+                out.append(f"no {label}")
+        if problem.deterministic and not self.deterministic:
+            out.append("not deterministic (float atomics) while deterministic mode is on")
+        if (self.min_compute_capability is not None and device is not None
+                and device.kind == "cuda" and device.capability is not None
+                and device.capability < self.min_compute_capability):
+            need = "%d.%d" % self.min_compute_capability
+            have = "%d.%d" % device.capability
+            out.append(f"compute capability {have} < {need}")
+        return out
+
+
+class EmptyConfig(BaseModel):
+    """The config of a strategy without options."""
+
+    model_config = ConfigDict(frozen=True)
+
+
+def config_space(model: type[BaseModel]) -> list[BaseModel]:
+    """Every config of ``model``: the product of its ``Literal[...]`` (or bool) fields."""
+    names, choices = [], []
+    for name, info in model.model_fields.items():
+        ann = info.annotation
+        if typing.get_origin(ann) is typing.Literal:
+            values = typing.get_args(ann)
+        elif ann is bool:
+            values = (False, True)
+        else:
+            raise TypeError(f"{model.__name__}.{name}: config fields must be Literal[...] or bool")
+        names.append(name)
+        choices.append(values)
+    return [model(**dict(zip(names, combo))) for combo in itertools.product(*choices)]
+
+
+RunFn = Callable[[ScanInputs, BaseModel], ScanOutput]
+
+
+@dataclass(frozen=True, eq=False)
+class Strategy:
+    """A registered scan strategy.
+
+    ``run(inputs, cfg)`` executes it with autograd support; ``valid(problem, cfg)`` prunes the
+    config space; ``default(problem)`` gives the config dispatch uses without tuning;
+    ``workspace_bytes(problem, cfg)`` is the extra device memory beyond inputs and outputs;
+    ``priority`` orders rule-based choice (higher first); ``modules`` are hashed into
+    :attr:`source_hash` so a change to the strategy or its kernels invalidates its cache entries.
+    """
+
+    name: str
+    description: str
+    capability: Capability
+    run: RunFn
+    config_model: type[BaseModel] = EmptyConfig
+    valid: Optional[Callable[[ScanProblem, BaseModel], bool]] = None
+    default: Optional[Callable[[ScanProblem], BaseModel]] = None
+    workspace_bytes: Callable[[ScanProblem, BaseModel], int] = lambda problem, cfg: 0
+    priority: int = 0
+    modules: tuple[ModuleType, ...] = ()
+    _hash: list = field(default_factory=list, repr=False)
+
+    def configs(self, problem: Optional[ScanProblem] = None) -> list[BaseModel]:
+        """The config space, pruned by :attr:`valid` for ``problem`` when given."""
+        space = config_space(self.config_model)
+        if problem is None or self.valid is None:
+            return space
+        return [cfg for cfg in space if self.valid(problem, cfg)]
+
+    def default_config(self, problem: ScanProblem) -> BaseModel:
+        if self.default is not None:
+            return self.default(problem)
+        configs = self.configs(problem)
+        if not configs:
+            raise ValueError(f"strategy {self.name!r} has no valid config for {problem.key()}")
+        return configs[0]
+
+    def parse_config(self, config: BaseModel | dict | None, problem: Optional[ScanProblem] = None
+                     ) -> BaseModel:
+        """A config of this strategy from a model, a dict (e.g. read from JSON) or None."""
+        if config is None:
+            if problem is None:
+                raise ValueError("a problem is needed to choose the default config")
+            return self.default_config(problem)
+        if isinstance(config, self.config_model):
+            return config
+        if isinstance(config, BaseModel):
+            config = config.model_dump()
+        return self.config_model(**config)
+
+    def reasons(self, problem: ScanProblem, device: Optional[DeviceInfo] = None) -> list[str]:
+        out = self.capability.reasons(problem, device)
+        if not out and self.valid is not None and not self.configs(problem):
+            out.append("no valid config for this problem")
+        return out
+
+    @property
+    def source_hash(self) -> str:
+        """sha256 (16 hex) of the sources of the strategy's modules."""
+        if not self._hash:
+            digest = hashlib.sha256(self.name.encode())
+            for module in self.modules:
+                try:
+                    digest.update(inspect.getsource(module).encode())
+                except (OSError, TypeError):
+                    digest.update(module.__name__.encode())
+            self._hash.append(digest.hexdigest()[:16])
+        return self._hash[0]
+
+
+_REGISTRY: dict[str, Strategy] = {}
+
+
+def register(strategy: Strategy, *, replace: bool = False) -> Strategy:
+    """Add ``strategy`` to the registry; a second strategy of the same name is an error."""
+    if strategy.name in _REGISTRY and not replace:
+        raise ValueError(f"strategy {strategy.name!r} is already registered")
+    _REGISTRY[strategy.name] = strategy
+    return strategy
+
+
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+def _ensure_builtin() -> None:
+    importlib.import_module(f"{__package__}.strategies")  # registers the built-in strategies
+
+
+def get(name: str) -> Strategy:
+    _ensure_builtin()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown strategy {name!r}; registered: {sorted(_REGISTRY)}") from None
+
+
+def all_strategies() -> list[Strategy]:
+    """Registered strategies, highest priority first."""
+    _ensure_builtin()
+    return sorted(_REGISTRY.values(), key=lambda s: (-s.priority, s.name))
+
+
+def eligible(problem: ScanProblem, device: Optional[DeviceInfo] = None,
+             names: Optional[Sequence[str]] = None) -> list[tuple[Strategy, list[str]]]:
+    """Every strategy (or those in ``names``) with its reasons; eligible ones have none."""
+    if device is None:
+        device = device_info("cuda" if problem.device == "cuda" else "cpu")
+    chosen = all_strategies() if names is None else [get(n) for n in names]
+    return [(s, s.reasons(problem, device)) for s in chosen]
+
+
+def format_reasons(pairs: list[tuple[Strategy, list[str]]]) -> str:
+    """One line per strategy: ``name: ok`` or ``name: reason; reason``."""
+    return "\n".join(f"  {s.name}: {'; '.join(r) if r else 'eligible'}" for s, r in pairs)

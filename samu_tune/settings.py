@@ -1,0 +1,62 @@
+"""Environment read once: every ``SAMU_TUNE_*`` variable lands in one pydantic model.
+
+Nothing else in the package reads ``os.environ``.  Tests that change the environment call
+:func:`reload_settings`.
+"""
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+_PREFIX = "SAMU_TUNE_"
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    mode: Literal["cached", "online", "off"] = Field(
+        "cached", description="dispatch policy: cached lookup, tune on miss, or rules only")
+    cache_dir: Optional[Path] = Field(
+        None, description="directory of the winner cache (default: platformdirs user cache)")
+    check_finite: bool = Field(
+        False, description="also check that the spectrum is finite (one device sync per call)")
+    tune_budget_s: float = Field(60.0, gt=0, description="time budget of one online tuning")
+    verbose: bool = Field(False, description="log dispatch decisions")
+    poison: bool = Field(
+        False, description="fill fresh output buffers with NaN so unwritten elements show (tests)")
+    # Not a SAMU_TUNE_ variable: Triton's own switch, read here so the rest of the package
+    # asks one place whether Triton kernels may run on CPU tensors.
+    interpret: bool = Field(False, description="TRITON_INTERPRET=1: Triton kernels on CPU")
+
+
+def _from_env(environ: dict[str, str]) -> Settings:
+    raw: dict[str, object] = {}
+    for name in Settings.model_fields:
+        if name == "interpret":
+            continue
+        value = environ.get(_PREFIX + name.upper())
+        if value is not None and value != "":
+            raw[name] = value
+    raw["interpret"] = environ.get("TRITON_INTERPRET", "0") not in ("", "0", "false", "False")
+    try:
+        return Settings(**raw)
+    except ValidationError as exc:
+        fields = ", ".join(f"{_PREFIX}{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}"
+                           for e in exc.errors())
+        raise ValueError(f"invalid samu_tune environment: {fields}") from None
+
+
+@lru_cache(maxsize=1)
+def settings() -> Settings:
+    """The process-wide settings, read from the environment on first use."""
+    return _from_env(dict(os.environ))
+
+
+def reload_settings() -> Settings:
+    """Forget the cached settings and read the environment again (tests, notebooks)."""
+    settings.cache_clear()
+    return settings()

@@ -1,0 +1,22 @@
+"""Test environment: Triton on the CPU interpreter, poisoned outputs, a private cache dir.
+
+Set before samu_tune is imported (settings are read once).
+"""
+import os
+import tempfile
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+os.environ["SAMU_TUNE_POISON"] = "1"
+os.environ.setdefault("SAMU_TUNE_CACHE_DIR", tempfile.mkdtemp(prefix="samu_tune_test_cache_"))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run scripts/gpu_check.py on the device)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
