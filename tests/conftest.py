@@ -1,16 +1,17 @@
-"""Test environment: Triton on the CPU interpreter, poisoned outputs, a private cache dir.
+"""Test environment: Triton on the CPU interpreter (no GPU), poisoned outputs, a private cache.
 
 Set before samu_tune is imported (settings are read once).
 """
 import os
 import tempfile
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
-os.environ["SAMU_TUNE_POISON"] = "1"
-os.environ.setdefault("SAMU_TUNE_CACHE_DIR", tempfile.mkdtemp(prefix="samu_tune_test_cache_"))
-
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+os.environ["SAMU_TUNE_POISON"] = "1"
+os.environ.setdefault("SAMU_TUNE_CACHE_DIR", tempfile.mkdtemp(prefix="samu_tune_test_cache_"))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -27,20 +27,27 @@ CASES = [
 ]
 
 
-def _problem(case) -> ScanProblem:
+def _problem(case, device="cpu") -> ScanProblem:
     B, L, M, dt, ct, bwd, resets, h0, final = case
-    return ScanProblem(B=B, L=L, M=M, dtype=dt, control_dtype=ct, device="cpu", backward=bwd,
+    return ScanProblem(B=B, L=L, M=M, dtype=dt, control_dtype=ct, device=device, backward=bwd,
                        resets=resets, initial_state=h0, final_state=final)
 
 
 def _params():
-    dev = device_info("cpu")
     out = []
-    for strat in registry.all_strategies():
-        for i, case in enumerate(CASES):
-            problem = _problem(case)
-            if not strat.reasons(problem, dev):
-                out.append(pytest.param(strat.name, problem, id=f"{strat.name}-{problem.key()}"))
+    for device in ("cpu", "cuda"):
+        dev = device_info(device) if device == "cpu" else None
+        marks = [pytest.mark.gpu] if device == "cuda" else []
+        for strat in registry.all_strategies():
+            for case in CASES:
+                problem = _problem(case, device)
+                if dev is None:  # on the GPU every Triton strategy must run every CUDA case
+                    runnable = not strat.capability.reasons(problem)
+                else:
+                    runnable = not strat.reasons(problem, dev)
+                if runnable:
+                    out.append(pytest.param(strat.name, problem, marks=marks,
+                                            id=f"{device}-{strat.name}-{problem.key()}"))
     return out
 
 

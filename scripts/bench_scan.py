@@ -1,0 +1,332 @@
+"""One-run GPU benchmark of every strategy, the tuned scan, the seed and accelerated-scan.
+
+Run on the device machine (see scripts/gpu_run.sh).  Writes under --out:
+  bench.json      every measurement (times in ms, fraction of copy bandwidth, compile seconds)
+  bench.md        the markdown table the README shows
+  bench.png       a chart of the table
+Times: median of device-event timings with the L2 flushed (triton.testing.do_bench).
+Forward moves 4 arrays of [B, L, M] (read br, bi; write real, imag); forward+backward about 10.
+Compilation is warmed first in a pool of processes (Triton's disk cache is shared), so the
+timed process only loads binaries; compile seconds are recorded per task.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import importlib.util
+import json
+import math
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import triton
+import triton.testing
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import samu_tune  # noqa: E402
+from samu_tune import registry  # noqa: E402
+from samu_tune.problem import ScanProblem  # noqa: E402
+from samu_tune.verify import random_inputs, verify  # noqa: E402
+
+GRID = [(1, 16384, 256), (2, 65536, 128), (32, 512, 256), (1, 2048, 1024), (4, 4096, 512),
+        (16, 1024, 1024), (8, 8192, 1024), (64, 256, 64)]
+FP32_SHAPES = [(1, 16384, 256), (8, 8192, 1024)]
+
+
+# ---------------------------------------------------------------- candidates ------------------
+
+def seed_module():
+    path = ROOT / "seed_copy" / "samu_seed_readable.py"
+    if not path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location("samu_seed", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _seed_fn(variant: str):
+    seed = seed_module()
+    if variant == "seed_default":
+        return lambda i: seed.samu_training_scan_dispatch(i.eta, i.delta, i.nu_log, i.theta_log,
+                                                          i.br, i.bi)
+    if variant.startswith("seed_chunk"):
+        c = int(variant.removeprefix("seed_chunk"))
+        return lambda i: seed.samu_chunk_scan(i.eta, i.delta, i.nu_log, i.theta_log, i.br, i.bi,
+                                              chunk_size=c)
+    if variant == "seed_tiled":
+        return lambda i: seed.samu_tiled_serial_scan(i.eta, i.delta, i.nu_log, i.theta_log,
+                                                     i.br, i.bi)[:2]
+    raise ValueError(variant)
+
+
+def _accel_fn():
+    from accelerated_scan.complex import scan as accel_scan
+    from samu_tune.reference import transition
+
+    def prepare(i):
+        with torch.no_grad():
+            ar, ai = transition(i.eta, i.delta, i.nu_log, i.theta_log)
+            forget = torch.complex(ar, ai).transpose(1, 2).contiguous()
+            x = torch.complex(i.br.float(), i.bi.float()).transpose(1, 2).contiguous()
+        return forget, x
+    return prepare, accel_scan
+
+
+def make_fn(kind: str, name: str, config: dict | None):
+    """(prepare(inputs) -> args, fn(*args) -> tuple of output tensors, leaves(args))."""
+    if kind == "strategy":
+        strat = registry.get(name)
+
+        def prep(i):
+            return (i,)
+
+        def fn(i):
+            cfg = strat.parse_config(config)
+            out = strat.run(i, cfg)
+            return (out.real, out.imag)
+        return prep, fn
+    if kind == "scan":
+        return (lambda i: (i,)), (lambda i: tuple(samu_tune.scan(
+            i.eta, i.delta, i.nu_log, i.theta_log, i.br, i.bi))[:2])
+    if kind == "seed":
+        f = _seed_fn(name)
+        return (lambda i: (i,)), (lambda i: tuple(f(i)))
+    if kind == "accel":
+        prepare, accel_scan = _accel_fn()
+        return (lambda i: prepare(i)), (lambda f, x: (accel_scan(f, x),))
+    raise ValueError(kind)
+
+
+def _leaves(args):
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        else:
+            out.extend(a.differentiable())
+    return out
+
+
+def _grad_ready(args):
+    new = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            new.append(a.detach().requires_grad_(True))
+        else:
+            new.append(a.replace(**{k: getattr(a, k).detach().requires_grad_(True) for k in
+                                    ("eta", "delta", "nu_log", "theta_log", "br", "bi")}))
+    return tuple(new)
+
+
+def measure(kind, name, config, shape, dtype, modes=("forward", "train"), reps_ms=200):
+    """Times (ms) of one candidate on one shape: forward and forward+backward."""
+    B, L, M = shape
+    problem = ScanProblem(B=B, L=L, M=M, dtype=dtype, device="cuda")
+    inputs = random_inputs(problem, seed=0)
+    prep, fn = make_fn(kind, name, config)
+    args = prep(inputs)
+    res = {}
+    if "forward" in modes:
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            fn(*args)
+            torch.cuda.synchronize()
+            res["first_forward_s"] = time.perf_counter() - t0
+            res["forward_ms"] = triton.testing.do_bench(lambda: fn(*args), warmup=25, rep=reps_ms,
+                                                        return_mode="median")
+    if "train" in modes:
+        gargs = _grad_ready(args)
+        leaves = [t for t in _leaves(gargs) if t.requires_grad]
+        outs = fn(*gargs)
+        grads = [torch.randn_like(o) for o in outs]
+
+        def step():
+            o = fn(*gargs)
+            torch.autograd.grad(o, leaves, grads, allow_unused=True)
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        res["first_train_s"] = time.perf_counter() - t0
+        res["train_ms"] = triton.testing.do_bench(step, warmup=25, rep=reps_ms,
+                                                  return_mode="median")
+    return res
+
+
+def copy_bandwidth_tbps() -> float:
+    n = 1 << 30  # 1 GiB each way
+    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=10, rep=200,
+                                 return_mode="median")
+    return 2 * n / (ms * 1e-3) / 1e12
+
+
+def gpu_verify(name, config, shape=(2, 300, 70), dtype="bfloat16"):
+    B, L, M = shape
+    p = ScanProblem(B=B, L=L, M=M, dtype=dtype, device="cuda", resets=True, initial_state=True,
+                    final_state=True)
+    strat = registry.get(name)
+    cfg = strat.parse_config(config, p)
+    return verify(lambda i: strat.run(i, cfg), random_inputs(p, seed=3), p)
+
+
+# ---------------------------------------------------------------- warm-up pool ----------------
+
+def _warm(task):
+    kind, name, config, shape, dtype, modes = task
+    torch.cuda.set_device(0)
+    t0 = time.perf_counter()
+    try:
+        B, L, M = shape
+        problem = ScanProblem(B=B, L=L, M=M, dtype=dtype, device="cuda")
+        inputs = random_inputs(problem, seed=0)
+        prep, fn = make_fn(kind, name, config)
+        args = prep(inputs)
+        if "forward" in modes:
+            with torch.no_grad():
+                fn(*args)
+        if "train" in modes:
+            gargs = _grad_ready(args)
+            leaves = [t for t in _leaves(gargs) if t.requires_grad]
+            outs = fn(*gargs)
+            torch.autograd.grad(outs, leaves, [torch.ones_like(o) for o in outs],
+                                allow_unused=True)
+        torch.cuda.synchronize()
+        return task, time.perf_counter() - t0, None
+    except Exception as exc:  # recorded, the benchmark goes on
+        return task, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"[:500]
+
+
+def warm_all(tasks, workers):
+    ctx = torch.multiprocessing.get_context("spawn")
+    out = {}
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        for task, secs, err in pool.map(_warm, tasks):
+            out[json.dumps(task[:5], default=str)] = {"seconds": secs, "error": err}
+            print(f"  warm {task[0]}:{task[1]} {task[3]} {task[4]}: {secs:.1f}s"
+                  + (f" ERROR {err}" if err else ""), flush=True)
+    return out
+
+
+# ---------------------------------------------------------------- main ------------------------
+
+def strategy_candidates(shape, dtype, per_strategy, names=None):
+    """(name, config dict) pairs: each strategy's default plus sampled configs."""
+    import random
+    B, L, M = shape
+    p = ScanProblem(B=B, L=L, M=M, dtype=dtype, device="cuda")
+    out = []
+    for strat in registry.all_strategies():
+        if strat.name == "reference" or (names and strat.name not in names):
+            continue
+        if strat.reasons(p):
+            continue
+        default = strat.default_config(p)
+        configs = [c for c in strat.configs(p) if c != default]
+        rng = random.Random(f"{strat.name}{shape}")
+        picked = [default] + rng.sample(configs, min(per_strategy - 1, len(configs)))
+        out += [(strat.name, c.model_dump()) for c in picked]
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
+    ap.add_argument("--shapes", default="grid", help="grid | smoke | B,L,M;B,L,M")
+    ap.add_argument("--configs", type=int, default=4, help="configs timed per strategy")
+    ap.add_argument("--strategies", default="", help="comma list (default: all)")
+    ap.add_argument("--seed", default="default,chunk32", help="seed variants, '' for none")
+    ap.add_argument("--accel", action="store_true", help="time accelerated_scan.complex")
+    ap.add_argument("--fp32", action="store_true", help="also fp32 at two shapes")
+    ap.add_argument("--workers", type=int, default=min(14, os.cpu_count() or 1))
+    ap.add_argument("--rep-ms", type=int, default=150)
+    args = ap.parse_args(argv)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t_start = time.time()
+    if args.shapes == "grid":
+        shapes = GRID
+    elif args.shapes == "smoke":
+        shapes = [(1, 16384, 256), (8, 8192, 1024), (32, 512, 256)]
+    else:
+        shapes = [tuple(int(x) for x in s.split(",")) for s in args.shapes.split(";")]
+    cases = [(s, "bfloat16") for s in shapes]
+    if args.fp32:
+        cases += [(s, "float32") for s in FP32_SHAPES if s in shapes]
+    names = [n for n in args.strategies.split(",") if n]
+    seed_variants = ["seed_" + v for v in args.seed.split(",") if v]
+
+    props = torch.cuda.get_device_properties(0)
+    result = {"device": props.name, "sm_count": props.multi_processor_count,
+              "torch": torch.__version__, "triton": triton.__version__,
+              "samu_tune": samu_tune.__version__, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    result["copy_tbps"] = bw = copy_bandwidth_tbps()
+    print(f"{props.name}: copy bandwidth {bw:.2f} TB/s", flush=True)
+
+    # 1. correctness on the GPU of each strategy's default config (resets, h0, final, bf16)
+    result["verify"] = {}
+    for strat in registry.all_strategies():
+        if strat.name == "reference" or (names and strat.name not in names):
+            continue
+        try:
+            err = gpu_verify(strat.name, None)
+        except Exception as exc:
+            err = f"raised {type(exc).__name__}: {exc}"[:500]
+        result["verify"][strat.name] = err or "ok"
+        print(f"verify {strat.name}: {err or 'ok'}", flush=True)
+
+    # 2. candidates and parallel warm-up (compile) of everything
+    tasks = []
+    for shape, dtype in cases:
+        for name, cfg in strategy_candidates(shape, dtype, args.configs, names):
+            tasks.append(("strategy", name, cfg, shape, dtype, ("forward", "train")))
+        if dtype == "bfloat16":
+            tasks += [("seed", v, None, shape, dtype, ("forward", "train")) for v in seed_variants]
+    t0 = time.time()
+    result["warm"] = warm_all(tasks, args.workers)
+    result["warm_wall_s"] = time.time() - t0
+    print(f"warm-up of {len(tasks)} tasks: {time.time() - t0:.0f}s", flush=True)
+    if args.accel:
+        tasks += [("accel", "accelerated_scan", None, s, d, ("forward", "train"))
+                  for s, d in cases if d == "bfloat16"]
+
+    # 3. timing, one process, one candidate at a time
+    rows = []
+    for task in tasks:
+        kind, name, cfg, shape, dtype, modes = task
+        key = json.dumps(task[:5], default=str)
+        warm = result["warm"].get(key, {})
+        row = {"kind": kind, "name": name, "config": cfg, "shape": list(shape), "dtype": dtype,
+               "compile_s": warm.get("seconds")}
+        if warm.get("error"):
+            row["error"] = warm["error"]
+        else:
+            try:
+                row.update(measure(kind, name, cfg, shape, dtype, modes, args.rep_ms))
+            except Exception as exc:
+                row["error"] = f"{type(exc).__name__}: {exc}"[:500]
+        B, L, M = shape
+        nbytes = B * L * M * (2 if dtype == "bfloat16" else 4)
+        for mode, arrays in (("forward", 4), ("train", 10)):
+            if f"{mode}_ms" in row:
+                row[f"{mode}_bw_frac"] = arrays * nbytes / (row[f"{mode}_ms"] * 1e-3) / (bw * 1e12)
+        rows.append(row)
+        print(f"{kind:8s} {name:18s} {str(shape):18s} {dtype:8s} "
+              f"fwd {row.get('forward_ms', float('nan')):8.3f} ms "
+              f"train {row.get('train_ms', float('nan')):8.3f} ms "
+              f"{row.get('error', '')[:80]}", flush=True)
+    result["rows"] = rows
+    result["wall_s"] = time.time() - t_start
+    (out_dir / "bench.json").write_text(json.dumps(result, indent=1, default=str))
+    print(f"total {result['wall_s']:.0f}s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
