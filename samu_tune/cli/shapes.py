@@ -1,0 +1,104 @@
+"""The shapes file of ``samu-tune profile``: a pydantic-validated YAML list of problems.
+
+```yaml
+shapes:                       # or the list at top level
+  - {B: 8, L: [4096, 8192], M: 512, dtype: bfloat16, mode: both}
+  - {B: 1, L: 16384, M: 256, resets: true, initial_state: true, final_state: true}
+```
+B, L, M are a number or a list (the entry is their product); dtype is the writes' dtype,
+control_dtype the controls'; mode is forward, train or both.
+"""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..problem import ScanProblem, dtype_name
+
+Sizes = Union[int, list[int]]
+
+
+class ShapesError(ValueError):
+    """A shapes file that cannot be used; the message names the file, entry and field."""
+
+
+class ShapeEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    B: Sizes
+    L: Sizes
+    M: Sizes
+    dtype: str = "bfloat16"
+    control_dtype: str = "float32"
+    mode: Literal["forward", "train", "both"] = "both"
+    resets: bool = False
+    initial_state: bool = False
+    final_state: bool = False
+
+    @field_validator("B", "L", "M")
+    @classmethod
+    def _positive(cls, v: Sizes) -> list[int]:
+        values = v if isinstance(v, list) else [v]
+        if not values:
+            raise ValueError("must not be an empty list")
+        for x in values:
+            if x < 1:
+                raise ValueError(f"must be >= 1, got {x}")
+        return values
+
+    @field_validator("dtype", "control_dtype")
+    @classmethod
+    def _dtype(cls, v: str) -> str:
+        try:
+            return dtype_name(v)
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
+
+    def problems(self, device: str, mode: str | None = None) -> list[ScanProblem]:
+        mode = mode or self.mode
+        modes = ["forward", "train"] if mode == "both" else [mode]
+        return [ScanProblem(B=b, L=l, M=m, dtype=self.dtype, control_dtype=self.control_dtype,
+                            device=device, backward=(md == "train"), resets=self.resets,
+                            initial_state=self.initial_state, final_state=self.final_state)
+                for md, b, l, m in itertools.product(modes, self.B, self.L, self.M)]
+
+
+class ShapesFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    shapes: list[ShapeEntry] = Field(min_length=1)
+
+
+def load_shapes(path: str | Path) -> ShapesFile:
+    """Read and validate ``path``; every problem raises :class:`ShapesError` with one line."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ShapesError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ShapesError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ShapesError(f"{path}: invalid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    if isinstance(raw, list):
+        raw = {"shapes": raw}
+    if not isinstance(raw, dict):
+        raise ShapesError(f"{path}: expected a list of shapes or a mapping with 'shapes', "
+                          f"got {type(raw).__name__}")
+    try:
+        return ShapesFile(**raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = list(err["loc"])
+        if len(loc) >= 2 and loc[0] == "shapes" and isinstance(loc[1], int):
+            field = ".".join(str(x) for x in loc[2:] if not isinstance(x, int)
+                             and x not in ("int", "list[int]")) or "(entry)"
+            raise ShapesError(f"{path}: entry {loc[1]}: field '{field}': {err['msg']}") from None
+        raise ShapesError(f"{path}: {'.'.join(map(str, loc)) or '(top level)'}: {err['msg']}") from None
