@@ -32,25 +32,28 @@ class SerialConfig(BaseModel):
     """Launch choices of the serial walk.
 
     ``block_m``: modes per program; ``num_warps``: warps per program; ``num_stages``: software
-    pipelining depth of the time loop (loads of later steps issued early); ``unroll``: time loop
-    unroll factor (independent loads of several steps in flight).
+    pipelining depth of the time loop (``tl.range(num_stages=...)``: loads of the next steps are
+    issued as cp.async into shared memory while the current step computes -- the walk is
+    latency-bound, so this is where its time goes); ``unroll``: time-loop unroll factor
+    (several steps' independent loads in flight without shared memory).
     """
 
     model_config = ConfigDict(frozen=True)
 
     block_m: Literal[16, 32, 64, 128, 256] = 32
     num_warps: Literal[1, 2, 4, 8] = 1
-    num_stages: Literal[1, 2] = 1
-    unroll: Literal[1, 2, 4] = 1
+    num_stages: Literal[1, 2, 4, 8] = 1
+    unroll: Literal[1, 4] = 1
 
 
 def valid(problem: ScanProblem, cfg: SerialConfig) -> bool:
-    """Prune tiles mostly beyond M, more threads than tile lanes, unrolling beyond L."""
+    """Prune tiles mostly beyond M, more threads than tile lanes, unrolling or pipelining
+    deeper than L."""
     if cfg.block_m > max(16, triton.next_power_of_2(problem.M)):
         return False
     if cfg.num_warps * 32 > max(cfg.block_m, 32):
         return False
-    return cfg.unroll <= problem.L
+    return cfg.unroll <= problem.L and cfg.num_stages <= problem.L
 
 
 def default(problem: ScanProblem) -> SerialConfig:
