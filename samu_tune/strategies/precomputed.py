@@ -23,8 +23,9 @@ def run(inputs: ScanInputs, cfg: SerialConfig) -> ScanOutput:
 
 
 def workspace_bytes(problem: ScanProblem, cfg: SerialConfig) -> int:
-    """The serial walk's partials plus the decay buffer [B, L, M] fp32."""
-    return serial.workspace_bytes(problem, cfg, precomputed=True)
+    """The serial walk's partials plus the decay buffer [B, L, M] fp32 (held from forward to
+    backward when training)."""
+    return serial.workspace_bytes(problem, cfg) + 4 * problem.B * problem.L * problem.M
 
 
 STRATEGY = register(Strategy(

@@ -66,20 +66,14 @@ def n_mode_blocks(M: int, block_m: int) -> int:
     return triton.cdiv(M, block_m)
 
 
-def workspace_bytes(problem: ScanProblem, cfg: SerialConfig, *, precomputed: bool = False) -> int:
-    """Extra device bytes beyond inputs and outputs.
-
-    Backward: control partials 2 x [B, L, n_mblocks] and spectrum partials 2 x [B, M] fp32
-    (plus a zero final-state gradient 2 x [B, M]); ``precomputed``: the decay [B, L, M] fp32,
-    held from forward to backward when training.
-    """
+def workspace_bytes(problem: ScanProblem, cfg: SerialConfig) -> int:
+    """Extra device bytes beyond inputs and outputs: when training, the backward's control
+    partials 2 x [B, L, n_mblocks], spectrum partials 2 x [B, M] and a zero final-state
+    gradient 2 x [B, M], all fp32."""
     B, L, M = problem.B, problem.L, problem.M
-    out = 0
-    if problem.backward:
-        out += 4 * (2 * B * L * n_mode_blocks(M, cfg.block_m) + 4 * B * M)
-    if precomputed:
-        out += 4 * B * L * M
-    return out
+    if not problem.backward:
+        return 0
+    return 4 * (2 * B * L * n_mode_blocks(M, cfg.block_m) + 4 * B * M)
 
 
 @dataclass(frozen=True)
