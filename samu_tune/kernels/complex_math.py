@@ -35,3 +35,15 @@ def transition(nu, cos_theta, sin_theta, eta, delta):
     cd, sd = tl.cos(delta), tl.sin(delta)
     return (radius * (cos_theta * cd - sin_theta * sd),
             radius * (sin_theta * cd + cos_theta * sd), log_radius)
+
+
+@triton.jit
+def polar(radius, cos_theta, sin_theta, delta):
+    """radius * exp(i (theta + delta)) from cos/sin(theta) and a per-token delta.
+
+    The rotation half of :func:`transition`, for kernels whose radius comes from elsewhere
+    (a precomputed decay) or is masked (resets).  Returns (ar, ai).
+    """
+    cd, sd = tl.cos(delta), tl.sin(delta)
+    return (radius * (cos_theta * cd - sin_theta * sd),
+            radius * (sin_theta * cd + cos_theta * sd))
