@@ -152,8 +152,11 @@ def test_step_over_tokens_equals_forward(dtype):
     tol = TOLERANCES[str(dtype).removeprefix("torch.")].forward
     assert y_steps.dtype == dtype
     assert check("y", y_steps, y, tol) is None
-    assert check("final_r", s[0], final[0], 1e-5) is None
-    assert check("final_i", s[1], final[1], 1e-5) is None
+    # fp32 states agree to rounding; with bf16 writes, the Triton 3.9 interpreter rounds the
+    # kernel's write toward zero where torch rounds to nearest (one bf16 ulp per write).
+    state_tol = 1e-5 if dtype == torch.float32 else 1e-2
+    assert check("final_r", s[0], final[0], state_tol) is None
+    assert check("final_i", s[1], final[1], state_tol) is None
 
 
 def test_step_without_state_and_differentiable_step():

@@ -9,7 +9,8 @@ from torch import nn
 
 from .. import dispatch
 from . import controller
-from .reference import SAMUParams, State, step_reference
+from .decode import decode_step
+from .reference import SAMUParams, State
 
 LayerStrategy = Literal["unfused"]
 
@@ -117,7 +118,9 @@ class SAMU(nn.Module):
         """One generation step: ``x [B, 2M] -> (y [B, 2M] in x's dtype, state fp32 [B, M])``.
 
         Equal to :meth:`forward` on a length-1 sequence; L steps equal forward on L tokens.
+        Runs the decode kernels (:func:`samu_tune.layer.decode.decode_step`) on CUDA or under
+        the Triton interpreter when no gradient is needed (``torch.no_grad()``), else the
+        differentiable torch reference.
         """
         self._check_x(x, 2, "B, 2M")
-        return step_reference(x, self.params(), state,
-                              dtype=controller.arithmetic_dtype(x))
+        return decode_step(x, self.params(), state, strategy=self.decode_strategy)
