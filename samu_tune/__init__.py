@@ -5,6 +5,7 @@ registered strategy for the problem and GPU.
 """
 from .dispatch import NoEligibleStrategy, resolve, scan
 from .layer import SAMU
+from .ops import complex_scan, real_scan
 from .problem import ScanProblem
 from .reference import scan_reference
 from .registry import Capability, Strategy, all_strategies, eligible, get, register
@@ -16,5 +17,5 @@ __all__ = [
     "scan", "resolve", "NoEligibleStrategy", "ScanProblem", "scan_reference", "Capability",
     "Strategy", "all_strategies", "eligible", "get", "register", "ScanInputs", "ScanOutput",
     "__version__",
-    "SAMU",
+    "SAMU", "real_scan", "complex_scan",
 ]
