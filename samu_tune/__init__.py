@@ -4,7 +4,7 @@
 registered strategy for the problem and GPU.
 """
 from .dispatch import NoEligibleStrategy, resolve, scan
-from .layer import SAMU
+from .layer import SAMU, varlen_scan
 from .ops import complex_scan, real_scan
 from .problem import ScanProblem
 from .reference import scan_reference
@@ -17,5 +17,5 @@ __all__ = [
     "scan", "resolve", "NoEligibleStrategy", "ScanProblem", "scan_reference", "Capability",
     "Strategy", "all_strategies", "eligible", "get", "register", "ScanInputs", "ScanOutput",
     "__version__",
-    "SAMU", "real_scan", "complex_scan",
+    "SAMU", "real_scan", "complex_scan", "varlen_scan",
 ]

@@ -177,3 +177,96 @@ def test_bad_input_names_the_problem():
         layer.step(torch.randn(1, 1, 6))
     with pytest.raises(ValueError, match="r_min"):
         samu_tune.SAMU(3, r_min=1.5)
+
+
+# --- scan conveniences: cu_seqlens and reverse (samu_tune.layer.varlen) ---
+
+from samu_tune.layer import cu_seqlens_to_segment_pos, reverse_segment_pos, varlen_scan  # noqa: E402
+from samu_tune.verify import random_inputs  # noqa: E402
+from samu_tune.problem import ScanProblem  # noqa: E402
+
+
+def _scan_inputs(B, L, M, seed=0, h0=False):
+    return random_inputs(ScanProblem(B=B, L=L, M=M, dtype="float32", device="cpu",
+                                     initial_state=h0), seed=seed)
+
+
+def test_cu_seqlens_to_segment_pos():
+    cu = torch.tensor([0, 3, 3, 7, 8], dtype=torch.int32)
+    pos = cu_seqlens_to_segment_pos(cu, 8)
+    assert pos.dtype == torch.int32
+    assert pos.tolist() == [[0, 1, 2, 0, 1, 2, 3, 0]]
+    for bad, match in ((torch.tensor([1, 8]), "start at 0"), (torch.tensor([0, 5, 4, 8]),
+                       "non-decreasing"), (torch.tensor([0, 7]), "end at L"),
+                       (torch.tensor([0.0, 8.0]), "integer")):
+        with pytest.raises((ValueError, TypeError), match=match):
+            cu_seqlens_to_segment_pos(bad, 8)
+
+
+def test_cu_seqlens_equals_segment_pos_and_separate_sequences():
+    inp = _scan_inputs(1, 12, 5, seed=3)
+    cu = torch.tensor([0, 4, 4, 9, 12])
+    args = (inp.eta, inp.delta, inp.nu_log, inp.theta_log, inp.br, inp.bi)
+    got = varlen_scan(*args, cu_seqlens=cu, output_final_state=True)
+    want = samu_tune.scan(*args, segment_pos=cu_seqlens_to_segment_pos(cu, 12))
+    torch.testing.assert_close(got.real, want.real)
+    torch.testing.assert_close(got.imag, want.imag)
+    # Each sequence alone from a zero state, and its final state.
+    for n in range(4):
+        lo, hi = int(cu[n]), int(cu[n + 1])
+        if lo == hi:
+            assert float(got.final_state[0][n].abs().sum()) == 0.0
+            continue
+        one = samu_tune.scan(*(t[:, lo:hi] for t in args[:2]), *args[2:4],
+                             *(t[:, lo:hi] for t in args[4:]), output_final_state=True)
+        torch.testing.assert_close(got.real[:, lo:hi], one.real)
+        torch.testing.assert_close(got.final_state[0][n], one.final_state[0][0])
+        torch.testing.assert_close(got.final_state[1][n], one.final_state[1][0])
+    with pytest.raises(ValueError, match="initial_state"):
+        varlen_scan(*args, cu_seqlens=cu, initial_state=(inp.br[:, 0], inp.bi[:, 0]))
+
+
+def test_reverse_equals_flipping_inputs():
+    inp = _scan_inputs(2, 9, 4, seed=4, h0=True)
+    args = (inp.eta, inp.delta, inp.nu_log, inp.theta_log, inp.br, inp.bi)
+    rev = varlen_scan(*args, initial_state=inp.initial_state, output_final_state=True,
+                      reverse=True)
+    flipped = samu_tune.scan(inp.eta.flip(1), inp.delta.flip(1), inp.nu_log, inp.theta_log,
+                             inp.br.flip(1), inp.bi.flip(1), initial_state=inp.initial_state,
+                             output_final_state=True)
+    torch.testing.assert_close(rev.real, flipped.real.flip(1))
+    torch.testing.assert_close(rev.imag, flipped.imag.flip(1))
+    torch.testing.assert_close(rev.final_state[0], flipped.final_state[0])
+
+
+def test_reverse_with_packed_sequences_reverses_each_sequence():
+    inp = _scan_inputs(1, 10, 3, seed=5)
+    cu = torch.tensor([0, 3, 10])
+    args = (inp.eta, inp.delta, inp.nu_log, inp.theta_log, inp.br, inp.bi)
+    got = varlen_scan(*args, cu_seqlens=cu, reverse=True, output_final_state=True)
+    for n in range(2):
+        lo, hi = int(cu[n]), int(cu[n + 1])
+        part = [t[:, lo:hi].flip(1) for t in (inp.eta, inp.delta, inp.br, inp.bi)]
+        one = samu_tune.scan(part[0], part[1], inp.nu_log, inp.theta_log, part[2], part[3],
+                             output_final_state=True)
+        torch.testing.assert_close(got.real[:, lo:hi], one.real.flip(1))
+        torch.testing.assert_close(got.final_state[0][n], one.final_state[0][0])
+    # Same through segment_pos: reversed starts are the tokens before each forward start.
+    seg = cu_seqlens_to_segment_pos(cu, 10)
+    assert reverse_segment_pos(seg).flip(1)[0].eq(0).nonzero().flatten().tolist() == [2]
+    via_seg = varlen_scan(*args, segment_pos=seg, reverse=True)
+    torch.testing.assert_close(via_seg.real, got.real)
+
+
+def test_layer_with_cu_seqlens_matches_separate_calls():
+    layer = _layer(3)
+    x = torch.randn(1, 9, 6)
+    cu = torch.tensor([0, 5, 9])
+    y, (hr, hi) = layer(x, cu_seqlens=cu)
+    assert hr.shape == (2, 3)
+    for n in range(2):
+        lo, hi_ = int(cu[n]), int(cu[n + 1])
+        y_n, (r_n, i_n) = layer(x[:, lo:hi_])
+        torch.testing.assert_close(y[:, lo:hi_], y_n)
+        torch.testing.assert_close(hr[n], r_n[0])
+        torch.testing.assert_close(hi[n], i_n[0])

@@ -7,8 +7,7 @@ from typing import Literal, Optional
 import torch
 from torch import nn
 
-from .. import dispatch
-from . import controller
+from . import controller, varlen
 from .decode import decode_step
 from .reference import SAMUParams, State
 
@@ -98,19 +97,22 @@ class SAMU(nn.Module):
             raise TypeError(f"x must be floating point, got {x.dtype}")
 
     def forward(self, x: torch.Tensor, state: Optional[State] = None,
-                segment_pos: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, State]:
+                segment_pos: Optional[torch.Tensor] = None, *,
+                cu_seqlens: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, State]:
         """``x [B, L, 2M] -> (y [B, L, 2M] in x's dtype, final state (h_r, h_i) fp32 [B, M])``.
 
         ``state``: initial state (h0_r, h0_i) [B, M] or None (zeros); ``segment_pos`` [B, L]
-        integer, 0 starts a packed sequence (the state is reset there).
+        integer, 0 starts a packed sequence (the state is reset there).  Or ``cu_seqlens``
+        [N+1] for N sequences packed in one row (B = 1): the state then is per sequence,
+        [N, M] (see :mod:`samu_tune.layer.varlen`).
         """
         self._check_x(x, 3, "B, L, 2M")
         params = self.params()
         eta, delta = controller.controls(x, params)
         br, bi = controller.writes(x, params)
-        out = dispatch.scan(eta, delta, self.nu_log, self.theta_log, br, bi,
-                            initial_state=state, segment_pos=segment_pos,
-                            output_final_state=True, strategy=self.scan_strategy)
+        out = varlen.scan(eta, delta, self.nu_log, self.theta_log, br, bi,
+                          initial_state=state, segment_pos=segment_pos, cu_seqlens=cu_seqlens,
+                          output_final_state=True, strategy=self.scan_strategy)
         y = torch.relu(torch.cat([out.real, out.imag], dim=-1))
         return y, out.final_state
 
