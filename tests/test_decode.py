@@ -14,21 +14,38 @@ def _params(M, seed=0):
     return SAMUParams(*(p.detach() for p in layer.params()))
 
 
-@pytest.mark.parametrize("name", ["single", "blocked"])
-@pytest.mark.parametrize("B,M,dtype,has_state,block_m", [
+DECODE_CASES = [
     (3, 5, torch.float32, True, None),      # odd M, one tile
     (2, 40, torch.float32, True, 16),       # several mode tiles
     (1, 1, torch.float32, False, None),     # M = 1, no state
     (2, 37, torch.bfloat16, True, 16),
     (2, 9, torch.float16, False, None),
-])
+]
+
+
+@pytest.mark.parametrize("name", ["single", "blocked"])
+@pytest.mark.parametrize("B,M,dtype,has_state,block_m", DECODE_CASES)
 def test_decode_kernel_matches_reference(name, B, M, dtype, has_state, block_m):
+    _compare(name, B, M, dtype, has_state, block_m, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["single", "blocked", "auto"])
+@pytest.mark.parametrize("B,M,dtype,has_state,block_m", DECODE_CASES + [
+    (64, 1024, torch.bfloat16, True, None), (1, 777, torch.float32, True, None)])
+def test_decode_kernel_matches_reference_cuda(name, B, M, dtype, has_state, block_m):
+    _compare(name, B, M, dtype, has_state, block_m, "cuda")
+
+
+def _compare(name, B, M, dtype, has_state, block_m, device):
     params = _params(M)
     g = torch.Generator().manual_seed(B * 100 + M)
     x = torch.randn(B, 2 * M, generator=g).to(dtype)
     state = tuple(torch.randn(B, M, generator=g) for _ in range(2)) if has_state else None
     strategy = name if block_m is None else (name, {"block_m": block_m, "block_d": 64})
-    y, (hr, hi) = decode.decode_step(x, params, state, strategy=strategy)
+    dev_params = SAMUParams(*(p.to(device) for p in params))
+    dev_state = None if state is None else tuple(s.to(device) for s in state)
+    y, (hr, hi) = decode.decode_step(x.to(device), dev_params, dev_state, strategy=strategy)
     y_ref, (rr, ri) = step_reference(x.double(), params.to(torch.float64),
                                      None if state is None else tuple(s.double() for s in state))
     assert y.dtype == dtype and y.shape == (B, 2 * M)

@@ -44,10 +44,10 @@ def _data(B, L, D, dtype, complex_, h0, seed):
     return [t.to(dtype) for t in a], [t.to(dtype) for t in b], s, up
 
 
-def _leaves(ts, dtype=None):
+def _leaves(ts, dtype=None, device="cpu"):
     return None if ts is None else [
-        (t.detach().clone() if dtype is None else t.detach().to(dtype)).requires_grad_(True)
-        for t in ts]
+        (t.detach().clone() if dtype is None else t.detach().to(dtype)).to(device)
+        .requires_grad_(True) for t in ts]
 
 
 def _call(fn_complex, a, b, h0, reverse, strategy):
@@ -75,13 +75,27 @@ CASES = [  # B, L, D, dtype, complex, h0, reverse
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=str)
 @pytest.mark.parametrize("B,L,D,dtype,complex_,h0,reverse", CASES)
 def test_matches_naive_loop(strategy, B, L, D, dtype, complex_, h0, reverse):
+    _compare(strategy, B, L, D, dtype, complex_, h0, reverse, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("strategy", STRATEGIES[1:], ids=str)
+@pytest.mark.parametrize("B,L,D,dtype,complex_,h0,reverse", CASES + [
+    (3, 700, 300, torch.bfloat16, True, True, False),
+    (2, 513, 129, torch.float32, False, True, True),
+])
+def test_matches_naive_loop_cuda(strategy, B, L, D, dtype, complex_, h0, reverse):
+    _compare(strategy, B, L, D, dtype, complex_, h0, reverse, "cuda")
+
+
+def _compare(strategy, B, L, D, dtype, complex_, h0, reverse, device):
     a, b, s, up = _data(B, L, D, dtype, complex_, h0, seed=B * 1000 + L * 10 + D)
-    got_in = (_leaves(a), _leaves(b), _leaves(s))
+    got_in = (_leaves(a, device=device), _leaves(b, device=device), _leaves(s, device=device))
     outs, last = _call(complex_, *got_in, reverse, strategy)
     n = len(outs)
     assert outs[0].dtype == dtype and outs[0].shape == (B, L, D)
     assert last[0].dtype == torch.float32 and last[0].shape == (B, D)
-    loss = sum((o.double() * u).sum() for o, u in zip(outs + last, up))
+    loss = sum((o.double().cpu() * u).sum() for o, u in zip(outs + last, up))
     leaves = got_in[0] + got_in[1] + (got_in[2] or [])
     got_grads = torch.autograd.grad(loss, leaves)
 

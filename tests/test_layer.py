@@ -44,7 +44,8 @@ def _run(fn, x, state, params, upstream):
     """(y, final_r, final_i, grads of x, h0_r, h0_i and every parameter) under a random loss."""
     y, (fr, fi) = fn(x, state, params)
     gy, gr, gi = upstream
-    loss = (y.double() * gy).sum() + (fr.double() * gr).sum() + (fi.double() * gi).sum()
+    loss = ((y.double().cpu() * gy).sum() + (fr.double().cpu() * gr).sum()
+            + (fi.double().cpu() * gi).sum())
     leaves = [x, *(state or ()), *params]
     grads = torch.autograd.grad(loss, leaves, allow_unused=True)
     names = ["x", *(("h0_r", "h0_i") if state else ()), *PARAM_NAMES]
@@ -60,10 +61,14 @@ CASES = [  # B, L, M, dtype, resets, h0
 ]
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("B,L,M,dtype,resets,h0", CASES)
-def test_forward_and_gradients_match_float64_reference(B, L, M, dtype, resets, h0):
-    layer = _layer(M)
+def test_forward_and_gradients_match_float64_reference(B, L, M, dtype, resets, h0, device):
+    layer = _layer(M).to(device)
     x, seg, state = _inputs(B, L, M, dtype, resets=resets, h0=h0)
+    x = x.to(device)
+    seg = None if seg is None else seg.to(device)
+    state = None if state is None else tuple(st.to(device) for st in state)
     g = torch.Generator().manual_seed(7)
     upstream = (torch.randn(B, L, 2 * M, generator=g, dtype=torch.float64),
                 torch.randn(B, M, generator=g, dtype=torch.float64),
@@ -136,11 +141,13 @@ def test_reference_formula_by_hand():
     torch.testing.assert_close(hi2[0], h.imag)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_step_over_tokens_equals_forward(dtype):
+def test_step_over_tokens_equals_forward(dtype, device):
     B, L, M = 2, 6, 5
-    layer = _layer(M)
+    layer = _layer(M).to(device)
     x, _, state = _inputs(B, L, M, dtype, h0=True)
+    x, state = x.to(device), tuple(st.to(device) for st in state)
     with torch.no_grad():
         y, final = layer(x, state)
         s = state
