@@ -1,0 +1,128 @@
+"""``samu_tune.SAMU``: the SAMU layer as a torch module (controller -> scan -> ReLU)."""
+from __future__ import annotations
+
+import math
+from typing import Literal, Optional
+
+import torch
+from torch import nn
+
+from . import controller, varlen
+from .decode import decode_step
+from .reference import SAMUParams, State
+
+LayerStrategy = Literal["unfused"]
+
+
+class SAMU(nn.Module):
+    r"""SAMU layer of ``modes`` complex modes: ``x [B, L, 2M] -> (y [B, L, 2M], state)``.
+
+    Per token (see :mod:`samu_tune.layer.reference` for the exact formula)::
+
+        delta = tanh(a_p) tanh(q_p) / sqrt(M),   eta = tanh(a_r) r / (1 + r^2) / sqrt(M),
+        q = [x, 1] . d / |d| (phase and radial direction),  r = tanh(q_r)
+        h[t] = exp(-nu e^eta) e^{i (theta + delta)} h[t-1] + (x[:M] + i x[M:]) sqrt(1 - e^{-2 nu})
+        y = relu(cat(Re h, Im h))
+
+    Parameters and their initialisation (``nu = exp(nu_log)``, ``theta = exp(theta_log)``):
+
+    - ``nu_log`` [M]: ring init of the resting radius ``|A| = exp(-nu)`` (eta = 0): ``|A|^2``
+      uniform in ``[r_min^2, r_max^2]``, i.e. ``nu = -log(u (r_max^2 - r_min^2) + r_min^2) / 2``.
+    - ``theta_log`` [M]: ``theta`` uniform in ``[min_phase, max_phase]``.
+    - ``phase_direction``, ``radial_direction`` [2M+1]: ``N(0, 1/(2M+1))`` (only the direction
+      matters: they are normalised in the forward pass; the last entry weighs the bias).
+    - ``phase_amplitude``, ``radial_amplitude``: 0-d scalars, ``phase_amplitude_init`` and
+      ``radial_amplitude_init`` (through tanh: the largest control is ``1/sqrt(M)``).
+
+    ``scan_strategy`` is passed to :func:`samu_tune.scan` (``"auto"``, a name, or
+    ``(name, config)``); ``decode_strategy`` to :func:`samu_tune.layer.decode.decode_step`.
+    ``strategy`` names the layer path (only ``"unfused"`` today: controller in torch, the scan
+    from the registry, ReLU in torch); fused layer paths are future registry entries.
+    """
+
+    def __init__(self, modes: int, *, r_min: float = 0.9, r_max: float = 0.999,
+                 min_phase: float = 1e-3, max_phase: float = math.pi,
+                 phase_amplitude_init: float = 1.0, radial_amplitude_init: float = 1.0,
+                 scan_strategy="auto", decode_strategy: str = "auto",
+                 strategy: LayerStrategy = "unfused",
+                 device: Optional[torch.device | str] = None,
+                 dtype: torch.dtype = torch.float32, generator: Optional[torch.Generator] = None):
+        super().__init__()
+        if modes < 1:
+            raise ValueError(f"modes must be >= 1, got {modes}")
+        if not 0.0 < r_min <= r_max < 1.0:
+            raise ValueError(f"need 0 < r_min <= r_max < 1, got r_min={r_min}, r_max={r_max}")
+        if not 0.0 < min_phase <= max_phase:
+            raise ValueError(f"need 0 < min_phase <= max_phase, got {min_phase}, {max_phase}")
+        if strategy != "unfused":
+            raise ValueError(f"unknown layer strategy {strategy!r}; available: 'unfused'")
+        self.modes = modes
+        self.scan_strategy = scan_strategy
+        self.decode_strategy = decode_strategy
+        self.strategy = strategy
+        M, width = modes, 2 * modes
+        u = torch.rand(M, generator=generator, dtype=torch.float64)
+        radius_sq = u * (r_max ** 2 - r_min ** 2) + r_min ** 2
+        nu = -0.5 * torch.log(radius_sq)
+        theta = torch.rand(M, generator=generator, dtype=torch.float64) \
+            * (max_phase - min_phase) + min_phase
+        dirs = torch.randn(2, width + 1, generator=generator, dtype=torch.float64) \
+            / math.sqrt(width + 1)
+
+        def param(t: torch.Tensor) -> nn.Parameter:
+            return nn.Parameter(t.to(device=device, dtype=dtype))
+
+        self.nu_log = param(torch.log(nu))
+        self.theta_log = param(torch.log(theta))
+        self.phase_direction = param(dirs[0])
+        self.radial_direction = param(dirs[1])
+        self.phase_amplitude = param(torch.tensor(float(phase_amplitude_init)))
+        self.radial_amplitude = param(torch.tensor(float(radial_amplitude_init)))
+
+    def extra_repr(self) -> str:
+        return f"modes={self.modes}, strategy={self.strategy!r}"
+
+    def params(self) -> SAMUParams:
+        """The parameters as a :class:`SAMUParams` (for the reference and decode functions)."""
+        return SAMUParams(self.phase_direction, self.radial_direction, self.phase_amplitude,
+                          self.radial_amplitude, self.nu_log, self.theta_log)
+
+    def _check_x(self, x: torch.Tensor, ndim: int, labels: str) -> None:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if x.ndim != ndim or x.shape[-1] != 2 * self.modes:
+            raise ValueError(f"x must have shape [{labels}] with 2M = {2 * self.modes}, "
+                             f"got {list(x.shape)}")
+        if not x.is_floating_point():
+            raise TypeError(f"x must be floating point, got {x.dtype}")
+
+    def forward(self, x: torch.Tensor, state: Optional[State] = None,
+                segment_pos: Optional[torch.Tensor] = None, *,
+                cu_seqlens: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, State]:
+        """``x [B, L, 2M] -> (y [B, L, 2M] in x's dtype, final state (h_r, h_i) fp32 [B, M])``.
+
+        ``state``: initial state (h0_r, h0_i) [B, M] or None (zeros); ``segment_pos`` [B, L]
+        integer, 0 starts a packed sequence (the state is reset there).  Or ``cu_seqlens``
+        [N+1] for N sequences packed in one row (B = 1): the state then is per sequence,
+        [N, M] (see :mod:`samu_tune.layer.varlen`).
+        """
+        self._check_x(x, 3, "B, L, 2M")
+        params = self.params()
+        eta, delta = controller.controls(x, params)
+        br, bi = controller.writes(x, params)
+        out = varlen.scan(eta, delta, self.nu_log, self.theta_log, br, bi,
+                          initial_state=state, segment_pos=segment_pos, cu_seqlens=cu_seqlens,
+                          output_final_state=True, strategy=self.scan_strategy)
+        y = torch.relu(torch.cat([out.real, out.imag], dim=-1))
+        return y, out.final_state
+
+    def step(self, x: torch.Tensor, state: Optional[State] = None) -> tuple[torch.Tensor, State]:
+        """One generation step: ``x [B, 2M] -> (y [B, 2M] in x's dtype, state fp32 [B, M])``.
+
+        Equal to :meth:`forward` on a length-1 sequence; L steps equal forward on L tokens.
+        Runs the decode kernels (:func:`samu_tune.layer.decode.decode_step`) on CUDA or under
+        the Triton interpreter when no gradient is needed (``torch.no_grad()``), else the
+        differentiable torch reference.
+        """
+        self._check_x(x, 2, "B, 2M")
+        return decode_step(x, self.params(), state, strategy=self.decode_strategy)
