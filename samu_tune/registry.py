@@ -174,6 +174,12 @@ class Strategy:
 
 
 _REGISTRY: dict[str, Strategy] = {}
+_GENERATION = [0]  # bumped by register/unregister: dispatch memoizes decisions on it
+
+
+def generation() -> int:
+    """Changes whenever a strategy is registered or unregistered."""
+    return _GENERATION[0]
 
 
 def register(strategy: Strategy, *, replace: bool = False) -> Strategy:
@@ -181,11 +187,13 @@ def register(strategy: Strategy, *, replace: bool = False) -> Strategy:
     if strategy.name in _REGISTRY and not replace:
         raise ValueError(f"strategy {strategy.name!r} is already registered")
     _REGISTRY[strategy.name] = strategy
+    _GENERATION[0] += 1
     return strategy
 
 
 def unregister(name: str) -> None:
     _REGISTRY.pop(name, None)
+    _GENERATION[0] += 1
 
 
 def _ensure_builtin() -> None:
