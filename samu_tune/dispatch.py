@@ -337,7 +337,13 @@ def _decide(inputs: ScanInputs, strategy: StrategyArg) -> Decision:
 
 # ---- scan ------------------------------------------------------------------------------------
 
-@torch.compiler.disable
+# torch.compile must not trace into scan (the decision reads files, clocks and a memo): run it
+# eagerly behind one graph break.  torch._disable_dynamo is torch.compiler.disable with the
+# import of torch._dynamo (about 2 s on a slow host) deferred to the first call.
+_disable_dynamo = getattr(torch, "_disable_dynamo", None) or torch.compiler.disable
+
+
+@_disable_dynamo
 def scan(eta: torch.Tensor, delta: torch.Tensor, nu_log: torch.Tensor, theta_log: torch.Tensor,
          br: torch.Tensor, bi: torch.Tensor, *,
          initial_state: Optional[tuple[torch.Tensor, torch.Tensor]] = None,

@@ -151,6 +151,10 @@ class Strategy:
             return config
         if isinstance(config, BaseModel):
             config = config.model_dump()
+        unknown = set(config) - set(self.config_model.model_fields)
+        if unknown:  # e.g. a cached config of an older version of the strategy
+            raise ValueError(f"unknown config fields {sorted(unknown)} for strategy "
+                             f"{self.name!r}; fields: {list(self.config_model.model_fields)}")
         return self.config_model(**config)
 
     def reasons(self, problem: ScanProblem, device: Optional[DeviceInfo] = None) -> list[str]:
