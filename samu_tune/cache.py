@@ -355,8 +355,13 @@ class _Table:
                         f"{self.path}:shipped")
                 return None
             # move aside only under the lock: a writer may just have replaced the file
-            with _lock(self.path):
-                return _load_locked(self.path, self.signature)
+            try:
+                with _lock(self.path):
+                    return _load_locked(self.path, self.signature)
+            except OSError as lock_exc:  # read-only cache dir, lock timeout: ignore, go on
+                _report(f"samu_tune cache file {self.path} is unusable ({exc}) and could not "
+                        f"be locked ({lock_exc}); ignored", f"{self.path}:lock")
+                return None
 
     def _index(self, entries: dict[str, CacheEntry]) -> None:
         self.entries = dict(entries)

@@ -71,11 +71,14 @@ def candidate_name(strategy: str, config: BaseModel | dict) -> str:
 
 
 class TuneEvent(BaseModel):
-    """What :func:`tune` reports to ``progress``: one per candidate start and finish.
+    """What :func:`tune` reports to ``progress``.
 
-    ``index`` (1-based) and ``total`` count candidates within ``phase``; in the ``refine``
-    phase ``total`` is an estimate that can grow (never above the ``max_configs`` left).
-    ``status``, ``time_ms`` and ``reason`` are set on ``finish`` events.
+    Phases ``screen``, ``refine`` and ``exhaustive`` send a ``start`` and a ``finish`` event
+    per evaluated candidate; ``retime`` sends one ``finish`` per re-timed candidate after the
+    interleaved rounds (with its final time).  ``index`` (1-based) and ``total`` count
+    candidates within ``phase``; in ``refine`` ``total`` is an estimate that can grow (never
+    above the ``max_configs`` left).  ``status``, ``time_ms`` and ``reason`` are set on
+    ``finish`` events; ``elapsed_s`` is seconds since :func:`tune` started.
     """
 
     model_config = ConfigDict(frozen=True)
