@@ -1,52 +1,349 @@
-"""``samu_tune.scan``: validate -> ScanProblem -> choose a strategy -> run it."""
+"""``samu_tune.scan``: validate -> ScanProblem -> choose a strategy -> run it.
+
+Choosing (:func:`choose`), by policy (``SAMU_TUNE_MODE``):
+
+- ``cached`` (default): the exact problem key in the user cache; else the nearest tuned key
+  with the same features (``ScanProblem.feature_key()``: dtypes, mode, resets, h0, final,
+  determinism) in log-space of (B*M, L); else the same two lookups in the table shipped in
+  ``samu_tune/defaults/<device signature>.json``; else :func:`samu_tune.rules.rule_choice`.
+  A cached (strategy, config) that cannot run this exact problem (strategy ineligible, config
+  invalid for this M, ...) falls through to the next candidate or source.
+- ``online``: an exact hit, else tune now (budget ``SAMU_TUNE_TUNE_BUDGET_S``), store the
+  winner and use it; if tuning finds nothing, the ``cached`` chain.
+- ``off``: the rule-based choice only.
+- ``strategy="name"`` or ``("name", config)`` forces a strategy (default config when None).
+
+Decisions are memoized in-process per (call signature, device, policy), so a cache hit costs a
+few dictionary lookups; the memo is dropped when the cache file, the registry or the settings
+change.  Never tuned while a CUDA graph is being captured (the cached/rule choice is used and
+not memoized).  Under ``torch.distributed`` the decision is made on rank 0 and broadcast, so all
+ranks run the same strategy; like any collective this needs every rank to call ``scan`` on
+the same sequence of problems the first time each is seen (it is memoized afterwards and not
+re-synchronised, even when the cache file changes).  ``scan`` runs outside torch.compile's
+graph (``torch.compiler.disable``: one graph break, eager kernels).
+"""
 from __future__ import annotations
 
-from typing import Optional, Union
+import logging
+import warnings
+from typing import Any, NamedTuple, Optional, Union
 
 import torch
 from pydantic import BaseModel
 
-from . import registry
-from .device import device_info
+from . import cache, registry
+from .device import DeviceInfo, device_info
 from .problem import ScanProblem
 from .registry import Strategy
+from .rules import NoEligibleStrategy, RuleChoice, rule_choice, usable_config
+from .settings import settings
 from .tensors import ScanInputs, ScanOutput
 from .validation import validate
 
+log = logging.getLogger(__name__)
+
 StrategyArg = Union[str, tuple[str, Union[BaseModel, dict, None]]]
 
-
-class NoEligibleStrategy(ValueError):
-    """No registered strategy can run the problem; the message lists every strategy's reasons."""
-
-
-def _rule_choice(problem: ScanProblem) -> tuple[Strategy, BaseModel]:
-    """Highest-priority eligible strategy with its default config."""
-    pairs = registry.eligible(problem)
-    for strat, reasons in pairs:
-        if not reasons:
-            return strat, strat.default_config(problem)
-    raise NoEligibleStrategy(
-        f"no strategy can run {problem.key()} on {problem.device}:\n"
-        + registry.format_reasons(pairs))
+__all__ = ["scan", "resolve", "choose", "explain", "rule_choice", "Decision", "Explanation",
+           "NoEligibleStrategy", "clear_memo", "problem_of", "run"]
 
 
-def resolve(problem: ScanProblem, strategy: StrategyArg = "auto") -> tuple[Strategy, BaseModel]:
-    """The (strategy, config) that :func:`scan` runs for ``problem``."""
-    if strategy == "auto":
-        return _rule_choice(problem)
-    name, config = (strategy, None) if isinstance(strategy, str) else strategy
+class Decision(NamedTuple):
+    """What :func:`choose` picked.  ``source`` is one of ``forced``, ``exact``, ``nearest``,
+    ``default`` (shipped table), ``rule``, ``online`` (tuned just now); ``source_key`` is the
+    cache key it came from (exact/nearest/default/online); ``detail`` says why in words."""
+
+    strategy: Strategy
+    config: BaseModel
+    source: str
+    source_key: Optional[str] = None
+    detail: str = ""
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+def _capturing() -> bool:
+    """True while the current CUDA stream is capturing a graph."""
+    try:
+        return bool(torch.cuda.is_current_stream_capturing())
+    except (RuntimeError, AssertionError):  # CPU-only builds
+        return False
+
+
+def _distributed() -> bool:
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover
+        return False
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def _signature(problem: ScanProblem, device: Optional[torch.device] = None) -> DeviceInfo:
+    if problem.device == "cuda":
+        return device_info(device if device is not None and device.type == "cuda" else "cuda")
+    return device_info("cpu")
+
+
+def _bad_config(name: str, strat: Strategy, config: Any, exc: Exception) -> ValueError:
+    fields = {n: str(f.annotation).replace("typing.", "")
+              for n, f in strat.config_model.model_fields.items()}
+    first = str(exc).strip().splitlines()
+    detail = "; ".join(line.strip() for line in first[1:3]) if len(first) > 1 else str(exc)
+    return ValueError(f"bad config {config!r} for strategy {name!r}: {detail}; "
+                      f"config fields: {fields}")
+
+
+def _usable(entry: cache.CacheEntry, problem: ScanProblem, dev: DeviceInfo
+            ) -> tuple[Optional[tuple[Strategy, BaseModel]], str]:
+    """(strategy, config) of a cached entry if it can run ``problem``, else (None, why)."""
+    try:
+        strat = registry.get(entry.strategy)
+    except ValueError:
+        return None, f"strategy {entry.strategy!r} not registered"
+    reasons = strat.reasons(problem, dev)
+    if reasons:
+        return None, f"{entry.strategy} cannot run it: {'; '.join(reasons)}"
+    try:
+        cfg = strat.parse_config(entry.config)
+    except (ValueError, TypeError) as exc:
+        return None, f"config {entry.config} does not parse: {str(exc).splitlines()[0]}"
+    if strat.valid is not None and not strat.valid(problem, cfg):
+        return None, f"config {entry.config} of {entry.strategy} not valid for this problem"
+    return (strat, cfg), ""
+
+
+def _from_tables(problem: ScanProblem, dev: DeviceInfo, trail: list[str], *,
+                 exact: bool = True) -> Optional[Decision]:
+    """exact -> nearest in the user cache, then exact -> nearest in the shipped table."""
+    sig = dev.signature()
+    for shipped in (False, True):
+        where = "shipped table" if shipped else "cache"
+        if exact or shipped:
+            entry = cache.lookup(problem, sig, shipped=shipped)
+            if entry is not None:
+                found, why = _usable(entry, problem, dev)
+                if found:
+                    return Decision(*found, "default" if shipped else "exact", entry.key,
+                                    f"{where} entry for this exact problem "
+                                    f"({entry.time_ms:.4g} ms when tuned)")
+                trail.append(f"{where} exact {entry.key}: {why}")
+            else:
+                trail.append(f"{where}: no exact entry for {problem.key()}")
+        near = cache.nearest(problem, sig, shipped=shipped)
+        for dist, entry in near:
+            found, why = _usable(entry, problem, dev)
+            if found:
+                return Decision(*found, "default" if shipped else "nearest", entry.key,
+                                f"nearest tuned key in the {where} (log-distance {dist:.3g})")
+            trail.append(f"{where} nearest {entry.key}: {why}")
+        if not near:
+            trail.append(f"{where}: no entry with features {problem.feature_key()}")
+    return None
+
+
+def _rule(problem: ScanProblem, dev: DeviceInfo) -> Decision:
+    choice: RuleChoice = rule_choice(problem, dev)
+    return Decision(choice.strategy, choice.config, "rule", None, choice.why)
+
+
+def _forced(problem: ScanProblem, strategy: StrategyArg, dev: DeviceInfo) -> Decision:
+    if isinstance(strategy, str):
+        name, config = strategy, None
+    elif isinstance(strategy, (tuple, list)) and len(strategy) == 2:
+        name, config = strategy
+    else:
+        raise TypeError(f"strategy must be 'auto', a strategy name or (name, config), "
+                        f"got {strategy!r}")
     strat = registry.get(name)
-    reasons = strat.reasons(problem, device_info(problem.device))
+    reasons = strat.reasons(problem, dev)
     if reasons:
         raise NoEligibleStrategy(f"strategy {name!r} cannot run {problem.key()}: "
                                  + "; ".join(reasons))
-    cfg = strat.parse_config(config, problem)
+    try:
+        cfg = strat.parse_config(config, problem)
+    except (ValueError, TypeError) as exc:
+        raise _bad_config(name, strat, config, exc) from None
     if strat.valid is not None and not strat.valid(problem, cfg):
         raise ValueError(f"config {cfg!r} of strategy {name!r} is not valid for {problem.key()}")
-    return strat, cfg
+    return Decision(strat, cfg, "forced", None,
+                    "forced by strategy=" + ("name (default config)" if config is None
+                                            else "(name, config)"))
 
 
+def _online(problem: ScanProblem, dev: DeviceInfo, device: Optional[torch.device],
+            trail: list[str]) -> Optional[Decision]:
+    from .tuner import tune
+    try:
+        result = tune(problem, budget_s=settings().tune_budget_s,
+                      device=device if problem.device == "cuda" else None)
+    except NoEligibleStrategy:
+        raise
+    except Exception as exc:
+        trail.append(f"online tuning failed: {type(exc).__name__}: {exc}")
+        return None
+    if result.winner is None:
+        trail.append("online tuning found no working candidate")
+        return None
+    try:
+        cache.record(result)
+    except Exception as exc:  # a read-only cache must not stop the run
+        warnings.warn(f"samu_tune: could not store the tuned winner: {exc}", stacklevel=4)
+    w = result.winner
+    strat = registry.get(w.strategy)
+    return Decision(strat, strat.parse_config(w.config), "online", problem.key(),
+                    f"tuned now: {w.time_ms:.4g} ms, {len(result.candidates)} candidates")
+
+
+def choose(problem: ScanProblem, strategy: StrategyArg = "auto", *,
+           policy: Optional[str] = None, device: Optional[torch.device] = None,
+           allow_tune: bool = True, trail: Optional[list[str]] = None) -> Decision:
+    """The (strategy, config) dispatch runs for ``problem``, with where it came from.
+
+    ``policy`` overrides ``SAMU_TUNE_MODE``; ``allow_tune=False`` never tunes (explain, CUDA
+    graph capture); ``trail`` collects why earlier sources were skipped.  Local to this
+    process: no memo, no distributed broadcast (see :func:`scan`).
+    """
+    trail = [] if trail is None else trail
+    dev = _signature(problem, device)
+    if not (isinstance(strategy, str) and strategy == "auto"):
+        return _forced(problem, strategy, dev)
+    policy = policy or settings().mode
+    if policy not in ("cached", "online", "off"):
+        raise ValueError(f"policy must be cached, online or off, got {policy!r}")
+    if policy == "off":
+        trail.append("policy off: rule-based choice only")
+        return _rule(problem, dev)
+    if policy == "online":
+        entry = cache.lookup(problem, dev.signature())
+        if entry is not None:
+            found, why = _usable(entry, problem, dev)
+            if found:
+                return Decision(*found, "exact", entry.key,
+                                f"cache entry for this exact problem ({entry.time_ms:.4g} ms)")
+            trail.append(f"cache exact {entry.key}: {why}")
+        if not allow_tune:
+            trail.append("online policy: would tune this problem now (not tuning here)")
+        elif _capturing():
+            trail.append("online policy: not tuning while a CUDA graph is being captured")
+        else:
+            decision = _online(problem, dev, device, trail)
+            if decision is not None:
+                return decision
+    found = _from_tables(problem, dev, trail, exact=policy != "online")
+    return found if found is not None else _rule(problem, dev)
+
+
+def resolve(problem: ScanProblem, strategy: StrategyArg = "auto") -> tuple[Strategy, BaseModel]:
+    """The (strategy, config) that :func:`scan` runs for ``problem`` (this process's choice)."""
+    d = choose(problem, strategy)
+    return d.strategy, d.config
+
+
+# ---- the memo and the distributed broadcast ------------------------------------------------
+
+# key -> (settings object, registry dict, signature, cache generation or None, Decision)
+_MEMO: dict[tuple, tuple] = {}
+_MEMO_MAX = 4096
+
+
+def clear_memo() -> None:
+    """Forget memoized decisions (they are also dropped when cache/registry/settings change)."""
+    _MEMO.clear()
+
+
+def _fast_key(inputs: ScanInputs) -> tuple:
+    """Everything ScanProblem.from_tensors reads, without building a pydantic model."""
+    br = inputs.br
+    backward = torch.is_grad_enabled() and (
+        inputs.eta.requires_grad or inputs.delta.requires_grad or inputs.nu_log.requires_grad
+        or inputs.theta_log.requires_grad or br.requires_grad or inputs.bi.requires_grad
+        or (inputs.initial_state is not None
+            and (inputs.initial_state[0].requires_grad or inputs.initial_state[1].requires_grad)))
+    return (br.shape, br.dtype, inputs.eta.dtype, br.device, backward,
+            inputs.segment_pos is not None, inputs.initial_state is not None,
+            inputs.output_final_state, torch.are_deterministic_algorithms_enabled())
+
+
+def _broadcast(problem: ScanProblem, strategy: StrategyArg, device: Optional[torch.device]
+               ) -> Decision:
+    """Rank 0 decides, every rank adopts it (a rank whose own problem rank 0's choice cannot
+    run keeps its local choice)."""
+    import torch.distributed as dist
+    payload: list[Any] = [None]
+    if dist.get_rank() == 0:
+        try:
+            d = choose(problem, strategy, device=device)
+            payload[0] = ("ok", problem.key(), d.strategy.name, d.config.model_dump(mode="json"),
+                          d.source, d.source_key, d.detail)
+        except Exception as exc:
+            payload[0] = ("error", problem.key(), type(exc).__name__, str(exc))
+            dist.broadcast_object_list(payload, src=0)
+            raise
+        dist.broadcast_object_list(payload, src=0)
+        return d
+    dist.broadcast_object_list(payload, src=0)
+    msg = payload[0]
+    if msg[0] == "error":
+        raise NoEligibleStrategy(f"rank 0 could not choose a strategy for {msg[1]}: "
+                                 f"{msg[2]}: {msg[3]}")
+    _, key, name, config, source, source_key, detail = msg
+    dev = _signature(problem, device)
+    try:
+        strat = registry.get(name)
+        cfg = strat.parse_config(config)
+        ok = not strat.reasons(problem, dev) and (strat.valid is None or strat.valid(problem, cfg))
+    except (ValueError, TypeError):
+        ok = False
+    if ok:
+        return Decision(strat, cfg, source, source_key,
+                        f"rank 0's choice (for {key}): {detail}")
+    log.warning("samu_tune: rank 0 chose %s for %s, which cannot run %s here; using the local "
+                "choice", name, key, problem.key())
+    return choose(problem, strategy, device=device, allow_tune=False)
+
+
+def _decide(inputs: ScanInputs, strategy: StrategyArg) -> Decision:
+    s = settings()
+    memo_key = None
+    if isinstance(strategy, str):
+        memo_key = (_fast_key(inputs), strategy, s.mode, registry.generation())
+        hit = _MEMO.get(memo_key)
+        if hit is not None and hit[0] is s and hit[1] is registry._REGISTRY and (
+                hit[3] is None or hit[3] == cache.generation(hit[2])):
+            return hit[4]
+    problem = problem_of(inputs)
+    device = inputs.br.device
+    capturing = _capturing()
+    if capturing:
+        decision = choose(problem, strategy, device=device, allow_tune=False)
+    elif _distributed() and strategy == "auto":
+        decision = _broadcast(problem, strategy, device)
+    else:
+        decision = choose(problem, strategy, device=device)
+    if s.verbose:
+        log.info("samu_tune: %s -> %s %s (%s%s) %s", problem.key(), decision.strategy.name,
+                 decision.config.model_dump(), decision.source,
+                 f" {decision.source_key}" if decision.source_key else "", decision.detail)
+    if memo_key is not None and not capturing:
+        if len(_MEMO) >= _MEMO_MAX:
+            _MEMO.clear()
+        sig = _signature(problem, device).signature()
+        # a forced or broadcast decision does not depend on the cache file
+        stable = strategy != "auto" or _distributed()
+        _MEMO[memo_key] = (s, registry._REGISTRY, sig,
+                           None if stable else cache.generation(sig), decision)
+    return decision
+
+
+# ---- scan ------------------------------------------------------------------------------------
+
+# torch.compile must not trace into scan (the decision reads files, clocks and a memo): run it
+# eagerly behind one graph break.  torch._disable_dynamo is torch.compiler.disable with the
+# import of torch._dynamo (about 2 s on a slow host) deferred to the first call.
+_disable_dynamo = getattr(torch, "_disable_dynamo", None) or torch.compiler.disable
+
+
+@_disable_dynamo
 def scan(eta: torch.Tensor, delta: torch.Tensor, nu_log: torch.Tensor, theta_log: torch.Tensor,
          br: torch.Tensor, bi: torch.Tensor, *,
          initial_state: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
@@ -57,14 +354,14 @@ def scan(eta: torch.Tensor, delta: torch.Tensor, nu_log: torch.Tensor, theta_log
     eta, delta: [B, L]; nu_log, theta_log: [M]; br, bi: [B, L, M];
     initial_state: (h0_r, h0_i) each [B, M]; segment_pos: integer [B, L], 0 starts a sequence.
     Returns ``ScanOutput(real, imag, final_state)``: [B, L, M] in br's dtype, and fp32
-    (h_r, h_i) [B, M] when ``output_final_state``.  ``strategy`` is ``"auto"``, a registered
-    name, or ``(name, config)``.
+    (h_r, h_i) [B, M] when ``output_final_state``.  ``strategy`` is ``"auto"`` (the dispatch
+    policy, see :mod:`samu_tune.dispatch`), a registered name, or ``(name, config)``.
+    Under torch.compile this runs eagerly (a graph break).
     """
     inputs = validate(eta, delta, nu_log, theta_log, br, bi, initial_state=initial_state,
                       segment_pos=segment_pos, output_final_state=output_final_state)
-    problem = problem_of(inputs)
-    strat, cfg = resolve(problem, strategy)
-    return run(strat, cfg, inputs)
+    decision = _decide(inputs, strategy)
+    return run(decision.strategy, decision.config, inputs)
 
 
 def problem_of(inputs: ScanInputs, backward: Optional[bool] = None) -> ScanProblem:
@@ -79,4 +376,100 @@ def run(strat: Strategy, cfg: BaseModel, inputs: ScanInputs) -> ScanOutput:
     out = strat.run(inputs, cfg)
     if not inputs.output_final_state and out.final_state is not None:
         out = ScanOutput(out.real, out.imag, None)
+    return out
+
+
+# ---- explain ---------------------------------------------------------------------------------
+
+class StrategyReport(BaseModel):
+    name: str
+    description: str
+    priority: int
+    eligible: bool
+    reasons: list[str]
+    default_config: Optional[dict[str, Any]] = None
+    configs: int = 0
+    deterministic: bool = True
+
+
+class Explanation(BaseModel):
+    """What dispatch would do for a problem, and why; ``str()`` gives the text form.
+
+    ``source``: forced / exact / nearest / default / rule (or None with ``error`` when nothing
+    can run); ``source_key``: the cache key used for exact / nearest / default; ``trail``:
+    why earlier sources were passed over; ``strategies``: every registered strategy with its
+    eligibility reasons.
+    """
+
+    problem: ScanProblem
+    signature: str
+    policy: str
+    strategy: Optional[str] = None
+    config: Optional[dict[str, Any]] = None
+    source: Optional[str] = None
+    source_key: Optional[str] = None
+    detail: str = ""
+    trail: list[str] = []
+    error: Optional[str] = None
+    strategies: list[StrategyReport] = []
+
+    def text(self) -> str:
+        lines = [f"problem {self.problem.key()} on {self.signature} (policy {self.policy})"]
+        if self.strategy is not None:
+            cfg = ", ".join(f"{k}={v}" for k, v in (self.config or {}).items()) or "-"
+            key = f" [{self.source_key}]" if self.source_key else ""
+            lines.append(f"choice: {self.strategy} ({cfg}) from {self.source}{key}: {self.detail}")
+        else:
+            lines.append(f"choice: none: {self.error}")
+        if self.trail:
+            lines.append("passed over:")
+            lines += [f"  - {t}" for t in self.trail]
+        lines.append("strategies:")
+        for r in self.strategies:
+            state = "eligible" if r.eligible else "ineligible: " + "; ".join(r.reasons)
+            lines.append(f"  {r.name} (priority {r.priority}, {r.configs} configs): {state}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+def explain(*args, strategy: StrategyArg = "auto", policy: Optional[str] = None,
+            **kwargs) -> Explanation:
+    """Explain dispatch for ``explain(problem)`` or ``explain(<the arguments of scan>)``.
+
+    Never tunes (under the online policy a miss says it would tune).  Every registered
+    strategy is listed with its eligibility reasons.
+    """
+    if len(args) == 1 and not kwargs and isinstance(args[0], ScanProblem):
+        problem = args[0]
+        device = None
+    else:
+        inputs = validate(*args, **kwargs)
+        problem = problem_of(inputs)
+        device = inputs.br.device
+    dev = _signature(problem, device)
+    policy = policy or settings().mode
+    reports = []
+    for strat, reasons in registry.eligible(problem, dev):
+        cfg = usable_config(strat, problem) if not reasons else None
+        reports.append(StrategyReport(
+            name=strat.name, description=strat.description, priority=strat.priority,
+            eligible=not reasons, reasons=reasons,
+            default_config=None if cfg is None else cfg.model_dump(mode="json"),
+            configs=len(strat.configs(problem)) if not reasons else 0,
+            deterministic=strat.capability.deterministic))
+    trail: list[str] = []
+    out = Explanation(problem=problem, signature=dev.signature(), policy=policy, trail=trail,
+                      strategies=reports)
+    try:
+        d = choose(problem, strategy, policy=policy, device=device, allow_tune=False,
+                   trail=trail)
+    except (NoEligibleStrategy, ValueError) as exc:
+        out.error = str(exc)
+        out.trail = trail
+        return out
+    out.strategy, out.config = d.strategy.name, d.config.model_dump(mode="json")
+    out.source, out.source_key, out.detail = d.source, d.source_key, d.detail
+    out.trail = trail
     return out

@@ -151,6 +151,10 @@ class Strategy:
             return config
         if isinstance(config, BaseModel):
             config = config.model_dump()
+        unknown = set(config) - set(self.config_model.model_fields)
+        if unknown:  # e.g. a cached config of an older version of the strategy
+            raise ValueError(f"unknown config fields {sorted(unknown)} for strategy "
+                             f"{self.name!r}; fields: {list(self.config_model.model_fields)}")
         return self.config_model(**config)
 
     def reasons(self, problem: ScanProblem, device: Optional[DeviceInfo] = None) -> list[str]:
@@ -174,6 +178,12 @@ class Strategy:
 
 
 _REGISTRY: dict[str, Strategy] = {}
+_GENERATION = [0]  # bumped by register/unregister: dispatch memoizes decisions on it
+
+
+def generation() -> int:
+    """Changes whenever a strategy is registered or unregistered."""
+    return _GENERATION[0]
 
 
 def register(strategy: Strategy, *, replace: bool = False) -> Strategy:
@@ -181,11 +191,13 @@ def register(strategy: Strategy, *, replace: bool = False) -> Strategy:
     if strategy.name in _REGISTRY and not replace:
         raise ValueError(f"strategy {strategy.name!r} is already registered")
     _REGISTRY[strategy.name] = strategy
+    _GENERATION[0] += 1
     return strategy
 
 
 def unregister(name: str) -> None:
     _REGISTRY.pop(name, None)
+    _GENERATION[0] += 1
 
 
 def _ensure_builtin() -> None:

@@ -1,0 +1,589 @@
+"""Tuned winners on disk: one JSON file per device signature, and an in-memory index.
+
+Layout: ``<cache_dir>/<device signature>.json`` (``cache_dir`` is ``SAMU_TUNE_CACHE_DIR`` or
+``platformdirs.user_cache_dir("samu_tune")``; the CPU interpreter's signature is
+``cpu-interpreter``, so its wall-time entries never mix with GPU ones)::
+
+    {"meta": {"format": 1, "signature": ..., "samu_tune": ..., "torch": ..., "triton": ...,
+              "device": {...DeviceInfo...}, "written_at": ...},
+     "entries": {"<problem key>": {...CacheEntry...}, ...}}
+
+Every entry carries the versions it was measured with and its strategy's ``source_hash``.
+
+Serving rules (:func:`why_not_served`): an entry of the user cache is served only when its
+samu_tune, torch and triton versions equal the running ones, its strategy is registered with
+the same source hash, and its config parses.  Tables shipped in ``samu_tune/defaults/`` (same
+format, measured by the developers on real GPUs) are served across versions and source edits:
+they only need the strategy to exist and the config to parse (and, at dispatch, to be valid
+for the problem) -- a shipped table is a good guess to start from, not a measurement of the
+running code.
+
+Writes are read-merge-write under a ``filelock`` lock on ``<file>.lock`` with an atomic
+replace (temp file + ``os.replace``), so concurrent writers from several processes lose no
+entry.  A corrupt or foreign file is reported once (a :class:`CacheWarning` and a log line),
+moved aside as ``<file>.corrupt-<timestamp>`` and treated as empty; it is never fatal.
+
+Reads go through an in-memory index per file: loaded once per process, reloaded when the
+file's mtime changed, checked at most every :data:`RELOAD_CHECK_S` seconds (or after
+:func:`invalidate`).  :func:`generation` changes whenever the index does, so callers can
+memoize decisions on it.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import itertools
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Optional, Sequence, Union
+
+import torch
+from filelock import FileLock
+from pydantic import BaseModel, ValidationError
+
+from . import registry
+from .device import DeviceInfo, device_info
+from .problem import ScanProblem
+from .settings import settings
+
+if TYPE_CHECKING:
+    from .tuner import TuneResult
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+RELOAD_CHECK_S = 2.0
+LOCK_TIMEOUT_S = 60.0
+DEFAULTS_DIR = Path(__file__).resolve().parent / "defaults"
+
+SignatureArg = Union[str, DeviceInfo, None]
+
+
+class CacheWarning(UserWarning):
+    """A cache file could not be used (corrupt, foreign); it was moved aside or ignored."""
+
+
+class RunnerUp(BaseModel):
+    strategy: str
+    config: dict[str, Any]
+    time_ms: float
+
+
+class CacheEntry(BaseModel):
+    """One tuned winner.  ``time_ms`` is its median (CPU wall time when ``cpu_wall_time``)."""
+
+    key: str
+    mode: Literal["train", "forward"]
+    strategy: str
+    config: dict[str, Any]
+    time_ms: float
+    runner_up: Optional[RunnerUp] = None
+    margin: Optional[float] = None
+    source_hash: str
+    measured_at: str
+    cpu_wall_time: bool
+    versions: dict[str, str]
+    search: Optional[str] = None
+
+    def problem(self, device: str = "cuda") -> ScanProblem:
+        return ScanProblem.from_key(self.key, device=device)
+
+
+class CacheMeta(BaseModel):
+    format: int = FORMAT
+    signature: str
+    samu_tune: str
+    torch: str
+    triton: str
+    device: Optional[DeviceInfo] = None
+    written_at: str = ""
+
+
+class CacheFile(BaseModel):
+    meta: CacheMeta
+    entries: dict[str, CacheEntry] = {}
+
+
+class EntryStatus(BaseModel):
+    """An entry as listed: where it lives and whether (or why not) it is served."""
+
+    signature: str
+    entry: CacheEntry
+    served: bool
+    reason: Optional[str] = None
+    shipped: bool = False
+
+
+# ---- versions and paths ---------------------------------------------------------------------
+
+@lru_cache(maxsize=1)
+def versions() -> dict[str, str]:
+    """samu_tune, torch and triton versions of this process."""
+    from . import __version__
+    try:
+        import triton
+        triton_version = triton.__version__
+    except Exception:  # pragma: no cover - triton is a dependency
+        triton_version = "none"
+    return {"samu_tune": __version__, "torch": torch.__version__, "triton": triton_version}
+
+
+@lru_cache(maxsize=1)
+def _platform_dir() -> Path:
+    import platformdirs
+    return Path(platformdirs.user_cache_dir("samu_tune"))
+
+
+def cache_dir() -> Path:
+    """The cache directory (``SAMU_TUNE_CACHE_DIR`` or the platform user cache dir)."""
+    return settings().cache_dir or _platform_dir()
+
+
+def signature_of(signature: SignatureArg = None) -> str:
+    """A signature from a string, a DeviceInfo, or None (the current device)."""
+    if signature is None:
+        return device_info().signature()
+    if isinstance(signature, DeviceInfo):
+        return signature.signature()
+    return str(signature)
+
+
+def path(signature: SignatureArg = None) -> Path:
+    """The cache file of a device signature (default: the current device)."""
+    return cache_dir() / f"{signature_of(signature)}.json"
+
+
+def shipped_path(signature: SignatureArg = None) -> Path:
+    return DEFAULTS_DIR / f"{signature_of(signature)}.json"
+
+
+def signatures() -> list[str]:
+    """Signatures that have a cache file in :func:`cache_dir`."""
+    d = cache_dir()
+    if not d.is_dir():
+        return []
+    return sorted(p.stem for p in d.glob("*.json"))
+
+
+def _now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _empty(signature: str) -> CacheFile:
+    v = versions()
+    dev = device_info()
+    return CacheFile(meta=CacheMeta(signature=signature, samu_tune=v["samu_tune"],
+                                    torch=v["torch"], triton=v["triton"],
+                                    device=dev if dev.signature() == signature else None))
+
+
+# ---- reading, writing, corruption --------------------------------------------------------
+
+_REPORTED: set[str] = set()
+
+
+def _report(message: str, once_key: str) -> None:
+    if once_key in _REPORTED:
+        return
+    _REPORTED.add(once_key)
+    log.warning(message)
+    warnings.warn(message, CacheWarning, stacklevel=3)
+
+
+class _Unreadable(Exception):
+    pass
+
+
+def _parse(p: Path, signature: Optional[str]) -> Optional[CacheFile]:
+    """The file's content; None when absent; :class:`_Unreadable` when corrupt or foreign."""
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _Unreadable(f"cannot read: {exc}") from None
+    try:
+        data = CacheFile.model_validate(json.loads(text))
+    except (ValueError, ValidationError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise _Unreadable(f"not a samu_tune cache file ({first})") from None
+    if data.meta.format != FORMAT:
+        raise _Unreadable(f"format {data.meta.format} != {FORMAT}")
+    if signature is not None and data.meta.signature != signature:
+        raise _Unreadable(f"foreign file: signature {data.meta.signature!r} != {signature!r}")
+    return data
+
+
+def _move_aside(p: Path, why: str) -> None:
+    stamp = _dt.datetime.now().strftime("%Y%m%dT%H%M%S%f")
+    aside = p.with_name(f"{p.name}.corrupt-{stamp}")
+    try:
+        os.replace(p, aside)
+        where = f"moved aside to {aside.name}"
+    except OSError as exc:
+        where = f"could not be moved aside ({exc})"
+    _report(f"samu_tune cache file {p} is unusable ({why}); {where} and ignored",
+            f"{p}:{stamp}")
+
+
+def _load_locked(p: Path, signature: str) -> CacheFile:
+    """Read ``p`` while holding its lock, moving a corrupt file aside (then empty)."""
+    try:
+        data = _parse(p, signature)
+    except _Unreadable as exc:
+        _move_aside(p, str(exc))
+        data = None
+    return data if data is not None else _empty(signature)
+
+
+def _write_atomic(p: Path, data: CacheFile) -> None:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=p.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(data.model_dump_json(indent=1))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _lock(p: Path) -> FileLock:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(p) + ".lock", timeout=LOCK_TIMEOUT_S)
+
+
+def _newer(a: CacheEntry, b: CacheEntry) -> CacheEntry:
+    """Of two entries for one key, the one measured last (``b`` on a tie)."""
+    return a if a.measured_at > b.measured_at else b
+
+
+def _update(p: Path, signature: str, change) -> CacheFile:
+    """Read-merge-write: ``change(entries)`` edits the fresh entries under the lock."""
+    with _lock(p):
+        data = _load_locked(p, signature)
+        entries = dict(data.entries)
+        change(entries)
+        v = versions()
+        meta = data.meta.model_copy(update=dict(
+            samu_tune=v["samu_tune"], torch=v["torch"], triton=v["triton"],
+            written_at=_now_iso()))
+        if meta.device is None:
+            dev = device_info()
+            if dev.signature() == signature:
+                meta = meta.model_copy(update={"device": dev})
+        data = CacheFile(meta=meta, entries=entries)
+        _write_atomic(p, data)
+    _table_for(p, signature, shipped=False).refresh(force=True)
+    return data
+
+
+# ---- serving rules -----------------------------------------------------------------------
+
+def why_not_served(entry: CacheEntry, *, shipped: bool = False) -> Optional[str]:
+    """None when ``entry`` may be served, else why not (see the module docstring)."""
+    if not shipped:
+        running = versions()
+        for name in ("samu_tune", "torch", "triton"):
+            if entry.versions.get(name) != running[name]:
+                return (f"measured with {name} {entry.versions.get(name)} "
+                        f"(running {running[name]})")
+    try:
+        strat = registry.get(entry.strategy)
+    except ValueError:
+        return f"strategy {entry.strategy!r} is not registered"
+    if not shipped and strat.source_hash != entry.source_hash:
+        return f"strategy {entry.strategy!r} changed since (source hash {entry.source_hash} " \
+               f"!= {strat.source_hash})"
+    try:
+        strat.parse_config(entry.config)
+    except (ValueError, TypeError) as exc:
+        return f"config {entry.config} does not parse for {entry.strategy!r}: " \
+               f"{str(exc).splitlines()[0]}"
+    return None
+
+
+# ---- the in-memory index -----------------------------------------------------------------
+
+@dataclass
+class _Table:
+    """The entries of one file, with a per-feature list for nearest-key search."""
+
+    path: Path
+    signature: str
+    shipped: bool
+    entries: dict[str, CacheEntry] = field(default_factory=dict)
+    by_feature: dict[str, list[tuple[float, float, CacheEntry]]] = field(default_factory=dict)
+    stamp: Optional[tuple[int, int]] = None
+    checked: float = -math.inf
+    generation: int = 0           # unique across tables: see _GENERATIONS
+
+    def refresh(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.checked < RELOAD_CHECK_S:
+            return
+        self.checked = now
+        try:
+            st = os.stat(self.path)
+            stamp = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = None
+        if stamp == self.stamp and not force:
+            return
+        data = self._read()
+        self.stamp = stamp
+        self._index(data.entries if data is not None else {})
+
+    def _read(self) -> Optional[CacheFile]:
+        try:
+            return _parse(self.path, self.signature)
+        except _Unreadable as exc:
+            if self.shipped:
+                _report(f"samu_tune shipped table {self.path} is unusable ({exc}); ignored",
+                        f"{self.path}:shipped")
+                return None
+            # move aside only under the lock: a writer may just have replaced the file
+            try:
+                with _lock(self.path):
+                    return _load_locked(self.path, self.signature)
+            except OSError as lock_exc:  # read-only cache dir, lock timeout: ignore, go on
+                _report(f"samu_tune cache file {self.path} is unusable ({exc}) and could not "
+                        f"be locked ({lock_exc}); ignored", f"{self.path}:lock")
+                return None
+
+    def _index(self, entries: dict[str, CacheEntry]) -> None:
+        self.entries = dict(entries)
+        by_feature: dict[str, list[tuple[float, float, CacheEntry]]] = {}
+        for key, entry in self.entries.items():
+            try:
+                p = ScanProblem.from_key(key)
+            except ValueError:
+                continue
+            by_feature.setdefault(p.feature_key(), []).append(
+                (math.log(p.B * p.M), math.log(p.L), entry))
+        self.by_feature = by_feature
+        self.generation = next(_GENERATIONS)
+
+
+_GENERATIONS = itertools.count(1)
+_TABLES: dict[tuple[Optional[Path], str], _Table] = {}
+
+
+def _table_for(p: Path, signature: str, shipped: bool) -> _Table:
+    key = (None if shipped else p.parent, signature)
+    table = _TABLES.get(key)
+    if table is None or table.path != p:
+        table = _TABLES[key] = _Table(p, signature, shipped)
+    return table
+
+
+def _table(signature: SignatureArg = None, *, shipped: bool = False) -> _Table:
+    sig = signature if isinstance(signature, str) else signature_of(signature)
+    # keyed by (directory, signature) so that a hit costs no Path arithmetic
+    table = _TABLES.get((None if shipped else cache_dir(), sig))
+    if table is None:
+        p = shipped_path(sig) if shipped else cache_dir() / f"{sig}.json"
+        table = _table_for(p, sig, shipped)
+    table.refresh()
+    return table
+
+
+def generation(signature: SignatureArg = None) -> tuple[int, int]:
+    """A token that changes whenever the user cache or the shipped table of ``signature`` is
+    (re)loaded or written; unique across directories, so it can key memoized decisions."""
+    return _table(signature).generation, _table(signature, shipped=True).generation
+
+
+def invalidate() -> None:
+    """Forget every in-memory index: the next lookup reads the files again."""
+    _TABLES.clear()
+
+
+# ---- lookups -------------------------------------------------------------------------------
+
+def lookup(problem: ScanProblem, signature: SignatureArg = None, *, shipped: bool = False
+           ) -> Optional[CacheEntry]:
+    """The served entry for exactly ``problem.key()``, or None."""
+    entry = _table(signature, shipped=shipped).entries.get(problem.key())
+    if entry is None or why_not_served(entry, shipped=shipped) is not None:
+        return None
+    return entry
+
+
+def nearest(problem: ScanProblem, signature: SignatureArg = None, *, shipped: bool = False,
+            include_exact: bool = False) -> list[tuple[float, CacheEntry]]:
+    """Served entries with the same features (``problem.feature_key()``), nearest first.
+
+    Distance: Euclidean in (log(B*M), log(L)).  The exact key is left out unless
+    ``include_exact``.
+    """
+    table = _table(signature, shipped=shipped)
+    x, y = math.log(problem.B * problem.M), math.log(problem.L)
+    key = problem.key()
+    out = []
+    for bx, ly, entry in table.by_feature.get(problem.feature_key(), ()):
+        if entry.key == key and not include_exact:
+            continue
+        if why_not_served(entry, shipped=shipped) is None:
+            out.append((math.hypot(bx - x, ly - y), entry))
+    out.sort(key=lambda item: (item[0], item[1].key))
+    return out
+
+
+def entries(signature: SignatureArg = None, *, all_devices: bool = False,
+            include_shipped: bool = False) -> list[EntryStatus]:
+    """Every entry of the cache file(s) with whether it is served and why not."""
+    sigs = signatures() if all_devices else [signature_of(signature)]
+    out = []
+    for sig in sigs:
+        for shipped in ((False, True) if include_shipped else (False,)):
+            table = _table(sig, shipped=shipped)
+            for key in sorted(table.entries):
+                entry = table.entries[key]
+                reason = why_not_served(entry, shipped=shipped)
+                out.append(EntryStatus(signature=sig, entry=entry, served=reason is None,
+                                       reason=reason, shipped=shipped))
+    return out
+
+
+# ---- writing ---------------------------------------------------------------------------------
+
+def entry_from_result(result: "TuneResult") -> CacheEntry:
+    """The cache entry of a tune result's winner."""
+    if result.winner is None:
+        raise ValueError(f"tune result for {result.problem.key()} has no winner")
+    w, r = result.winner, result.runner_up
+    return CacheEntry(
+        key=result.problem.key(), mode=result.mode, strategy=w.strategy, config=w.config,
+        time_ms=w.time_ms, margin=result.margin,
+        runner_up=None if r is None else RunnerUp(strategy=r.strategy, config=r.config,
+                                                   time_ms=r.time_ms),
+        source_hash=registry.get(w.strategy).source_hash,
+        measured_at=result.measured_at or _now_iso(), cpu_wall_time=result.cpu_wall_time,
+        versions=dict(versions()), search=result.search)
+
+
+def put(entry: CacheEntry, signature: SignatureArg = None) -> None:
+    """Add or replace ``entry`` in the cache file of ``signature`` (read-merge-write)."""
+    sig = signature_of(signature)
+
+    def change(entries):
+        entries[entry.key] = entry
+    _update(cache_dir() / f"{sig}.json", sig, change)
+
+
+def record(result: "TuneResult") -> CacheEntry:
+    """Store a tune result's winner in the cache file of the device it was measured on."""
+    entry = entry_from_result(result)
+    put(entry, result.device.signature())
+    return entry
+
+
+def remove(keys: Iterable[str], signature: SignatureArg = None) -> int:
+    """Remove entries by problem key; returns how many were removed."""
+    sig = signature_of(signature)
+    keys = set(keys)
+    removed = []
+
+    def change(entries):
+        for k in keys & entries.keys():
+            del entries[k]
+            removed.append(k)
+    _update(cache_dir() / f"{sig}.json", sig, change)
+    return len(removed)
+
+
+def clear(signature: SignatureArg = None, *, all_devices: bool = False) -> int:
+    """Remove every entry (of one signature, or of all); returns how many were removed."""
+    sigs = signatures() if all_devices else [signature_of(signature)]
+    counted: list[int] = []
+
+    def change(entries):
+        counted.append(len(entries))
+        entries.clear()
+    for sig in sigs:
+        p = cache_dir() / f"{sig}.json"
+        if p.exists():
+            _update(p, sig, change)
+    return sum(counted)
+
+
+def _read_any(p: Path) -> CacheFile:
+    """A file named by the user (export / import / merge): errors are raised, not hidden."""
+    try:
+        data = _parse(p, None)
+    except _Unreadable as exc:
+        raise ValueError(f"{p}: {exc}") from None
+    if data is None:
+        raise FileNotFoundError(f"{p}: no such cache file")
+    return data
+
+
+def export(dest: Union[str, Path], signature: SignatureArg = None, *,
+           served_only: bool = False) -> int:
+    """Write the cache of ``signature`` (default: this device) to ``dest``; returns #entries."""
+    sig = signature_of(signature)
+    src = cache_dir() / f"{sig}.json"
+    with _lock(src):
+        data = _load_locked(src, sig)
+    if served_only:
+        data = CacheFile(meta=data.meta, entries={
+            k: e for k, e in data.entries.items() if why_not_served(e) is None})
+    _write_atomic(Path(dest), data)
+    return len(data.entries)
+
+
+def import_(src: Union[str, Path], *, signature: Optional[str] = None) -> int:
+    """Merge the entries of file ``src`` into the cache of its device signature (or
+    ``signature``); for a key in both, the entry measured last wins.  Returns how many entries
+    were added or replaced."""
+    data = _read_any(Path(src))
+    sig = signature or data.meta.signature
+    changed = []
+
+    def change(entries):
+        for k, e in data.entries.items():
+            if k not in entries or _newer(entries[k], e) is e and entries[k] != e:
+                entries[k] = e
+                changed.append(k)
+    _update(cache_dir() / f"{sig}.json", sig, change)
+    return len(changed)
+
+
+def merge(sources: Sequence[Union[str, Path]], dest: Union[str, Path, None] = None) -> int:
+    """Merge cache files.  With ``dest=None`` each source is imported into the cache; else
+    the sources (and ``dest`` if it exists) are merged into the file ``dest``, which must all
+    have one device signature.  For a key in several, the entry measured last wins.  Returns
+    the number of entries written (or imported)."""
+    if dest is None:
+        return sum(import_(s) for s in sources)
+    datas = [_read_any(Path(s)) for s in sources]
+    if not datas:
+        raise ValueError("merge needs at least one source file")
+    sig = datas[0].meta.signature
+    for s, d in zip(sources, datas):
+        if d.meta.signature != sig:
+            raise ValueError(f"cannot merge {s} (signature {d.meta.signature!r}) into a "
+                             f"table of {sig!r}")
+    dest = Path(dest)
+    with _lock(dest):
+        base = _parse(dest, sig) if dest.exists() else None
+        entries = dict(base.entries) if base is not None else {}
+        for d in datas:
+            for k, e in d.entries.items():
+                entries[k] = _newer(entries[k], e) if k in entries else e
+        meta = (base or datas[0]).meta.model_copy(update={"written_at": _now_iso()})
+        _write_atomic(dest, CacheFile(meta=meta, entries=entries))
+    return len(entries)

@@ -1,0 +1,69 @@
+"""Rule-based strategy choice: what dispatch runs when nothing tuned applies.
+
+:func:`rule_choice` first asks the shape rules in :data:`RULES` (each ``rule(problem,
+eligible) -> (name, why) | None``, first answer wins; GPU measurements are meant to refine
+them), then falls back to the highest-priority eligible strategy (``Strategy.priority``,
+set by each strategy module) with its default config.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Optional
+
+from pydantic import BaseModel
+
+from . import registry
+from .device import DeviceInfo, device_info
+from .problem import ScanProblem
+from .registry import Strategy
+
+
+class NoEligibleStrategy(ValueError):
+    """No registered strategy can run the problem; the message lists every strategy's reasons."""
+
+
+class RuleChoice(NamedTuple):
+    strategy: Strategy
+    config: BaseModel
+    why: str
+
+
+Rule = Callable[[ScanProblem, list[Strategy]], Optional[tuple[str, str]]]
+
+# Shape rules, most specific first.  None yet: the strategies being added set priorities, and
+# rules are added here once GPU measurements show where priority order is wrong.
+RULES: list[Rule] = []
+
+
+def usable_config(strategy: Strategy, problem: ScanProblem) -> Optional[BaseModel]:
+    """The strategy's default config if valid for ``problem``, else its first valid one."""
+    try:
+        cfg = strategy.default_config(problem)
+        if strategy.valid is None or strategy.valid(problem, cfg):
+            return cfg
+    except ValueError:
+        pass
+    configs = strategy.configs(problem)
+    return configs[0] if configs else None
+
+
+def rule_choice(problem: ScanProblem, device: Optional[DeviceInfo] = None) -> RuleChoice:
+    """The rule-based (strategy, config) for ``problem``; raises :class:`NoEligibleStrategy`."""
+    if device is None:
+        device = device_info("cuda" if problem.device == "cuda" else "cpu")
+    pairs = registry.eligible(problem, device)
+    ok = [s for s, reasons in pairs if not reasons]
+    by_name = {s.name: s for s in ok}
+    for rule in RULES:
+        answer = rule(problem, ok)
+        if answer is not None and answer[0] in by_name:
+            cfg = usable_config(by_name[answer[0]], problem)
+            if cfg is not None:
+                return RuleChoice(by_name[answer[0]], cfg, answer[1])
+    for strat in ok:
+        cfg = usable_config(strat, problem)
+        if cfg is not None:
+            return RuleChoice(strat, cfg,
+                              f"highest-priority eligible strategy (priority {strat.priority})")
+    raise NoEligibleStrategy(
+        f"no strategy can run {problem.key()} on {problem.device}:\n"
+        + registry.format_reasons(pairs))

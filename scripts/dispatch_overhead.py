@@ -1,0 +1,82 @@
+"""Host overhead of ``samu_tune.scan`` over calling the chosen strategy directly.
+
+A trivial strategy (returns its inputs, no kernel) is registered with the top priority, so
+what is measured is validation + the memoized decision + the call: the cost a cache hit adds
+to every scan call.  Runs on CUDA tensors when a GPU is present (target: under 20 us), else
+on CPU tensors.  Uses a private temporary cache dir.
+
+    python scripts/dispatch_overhead.py [--calls 2000] [--device cuda|cpu]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ["SAMU_TUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="samu_tune_overhead_")
+
+import torch  # noqa: E402
+
+import samu_tune  # noqa: E402
+from samu_tune import dispatch, registry  # noqa: E402
+from samu_tune.problem import ScanProblem  # noqa: E402
+from samu_tune.registry import Capability, Strategy  # noqa: E402
+from samu_tune.tensors import ScanOutput  # noqa: E402
+from samu_tune.validation import validate  # noqa: E402
+from samu_tune.verify import random_inputs  # noqa: E402
+
+
+def per_call_us(fn, calls: int, repeats: int = 7) -> float:
+    """Best of ``repeats`` averages over ``calls`` calls, in microseconds."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best * 1e6
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+
+    trivial = registry.register(Strategy(
+        name="trivial_overhead_probe", description="returns its inputs",
+        capability=Capability(devices=frozenset({"cpu", "cuda"}), triton=False),
+        run=lambda inputs, cfg: ScanOutput(inputs.br, inputs.bi), priority=10**6))
+    problem = ScanProblem(B=4, L=1024, M=256, dtype="bfloat16", device="cpu", backward=False)
+    inp = random_inputs(problem, seed=0, device=args.device)
+    call = (inp.eta, inp.delta, inp.nu_log, inp.theta_log, inp.br, inp.bi)
+    cfg = trivial.default_config(problem)
+    samu_tune.scan(*call)  # the miss: decided once, memoized
+    decided = dispatch.choose(dispatch.problem_of(validate(*call)))
+    assert decided.strategy is trivial, decided
+
+    direct = per_call_us(lambda: trivial.run(inp, cfg), args.calls)
+    validation = per_call_us(lambda: validate(*call), args.calls)
+    auto = per_call_us(lambda: samu_tune.scan(*call), args.calls)
+    forced = per_call_us(lambda: samu_tune.scan(*call, strategy=trivial.name), args.calls)
+    with torch.no_grad():
+        no_grad = per_call_us(lambda: samu_tune.scan(*call), args.calls)
+    print(f"device: {args.device} ({samu_tune.cache.signature_of(None)}), "
+          f"torch {torch.__version__}")
+    print(f"direct strategy call        {direct:8.2f} us")
+    print(f"validate() alone            {validation:8.2f} us")
+    print(f"scan(auto), cache hit       {auto:8.2f} us  overhead {auto - direct:8.2f} us")
+    print(f"scan(auto) under no_grad    {no_grad:8.2f} us  overhead {no_grad - direct:8.2f} us")
+    print(f"scan(strategy=name)         {forced:8.2f} us  overhead {forced - direct:8.2f} us")
+    target = 20.0 if args.device == "cuda" else 200.0
+    verdict = "OK" if auto - direct < target else "OVER TARGET"
+    print(f"dispatch overhead {auto - direct:.2f} us (target < {target:.0f} us): {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""The tuner on fake strategies with known costs (CPU, fake clock unless a test sleeps)."""
+import time
+
+import pytest
+import torch
+from triton.runtime.errors import OutOfResources
+
+import samu_tune
+from samu_tune.problem import ScanProblem
+from samu_tune.tuner import TuneResult, verification_problem
+
+from _fakes import GridConfig, clock, env, fake, grid_cost  # noqa: F401  (fixtures)
+
+FWD = ScanProblem(B=2, L=6, M=4, dtype="float32", device="cpu", backward=False)
+TRAIN = ScanProblem(B=2, L=5, M=3, dtype="float32", device="cpu", backward=True,
+                    initial_state=True, final_state=True)
+
+
+def _by_name(result: TuneResult):
+    return {c.name: c for c in result.candidates}
+
+
+def test_picks_the_fastest_fake_with_margin(env, clock):
+    env.add(fake("fast", 1.0), fake("mid", 2.0), fake("slow", 4.0))
+    result = samu_tune.tune(TRAIN, strategies=["fast", "mid", "slow"], reps=3)
+    assert result.winner.strategy == "fast"
+    assert result.winner.time_ms == pytest.approx(1.0)
+    assert result.runner_up.strategy == "mid"
+    assert result.margin == pytest.approx(1.0)
+    assert result.timing == "cpu-wall" and result.cpu_wall_time
+    assert result.mode == "train" and result.problem.backward
+    assert [c.strategy for c in result.ranked()] == ["fast", "mid", "slow"]
+    # the top three were re-timed interleaved on top of their first samples
+    assert all(c.samples > 3 for c in result.ranked())
+    assert "winner    fast" in result.summary()
+    # the result round-trips through JSON (the CLI may save it)
+    assert TuneResult.model_validate_json(result.model_dump_json()) == result
+
+
+def test_real_sleeps_rank_the_same(env):
+    env.add(fake("sleep2", 2.0, sleep=True), fake("sleep9", 9.0, sleep=True))
+    result = samu_tune.tune(FWD, strategies=["sleep2", "sleep9"], reps=3, retime_rounds=3)
+    assert result.winner.strategy == "sleep2"
+    assert 2.0 <= result.winner.time_ms < 9.0 <= result.runner_up.time_ms
+
+
+def test_failing_candidates_are_recorded_and_never_win(env, clock):
+    env.add(
+        fake("raises", 0.1, raises=lambda: RuntimeError("boom")),
+        fake("wrong", 0.2, wrong=True),
+        fake("oor", 0.3, raises=lambda: OutOfResources(300000, 232448, "shared memory")),
+        # verification passes on the small problem (B <= 2), the real shape (B = 3) raises
+        fake("big_fails", 0.4, raises=lambda: RuntimeError("grid too large"),
+             raises_if=lambda inp: inp.br.shape[0] > 2),
+        fake("good", 5.0))
+    problem = ScanProblem(B=3, L=6, M=4, dtype="float32", device="cpu", backward=True)
+    result = samu_tune.tune(problem, strategies=["raises", "wrong", "oor", "big_fails", "good"],
+                            reps=2)
+    assert result.winner.strategy == "good"
+    assert result.runner_up is None
+    c = _by_name(result)
+    assert c["raises"].status == "failed" and "RuntimeError: boom" in c["raises"].reason
+    assert c["wrong"].status == "failed" and "wrong result" in c["wrong"].reason
+    assert "real: relative error" in c["wrong"].reason
+    assert "OutOfResources" in c["oor"].reason
+    assert c["big_fails"].status == "failed" and "timing raised" in c["big_fails"].reason
+    assert c["big_fails"].verified_on.startswith("B2-")
+    assert len(result.failed()) == 4
+
+
+def test_wrong_gradient_only_is_caught_in_train_mode(env, clock):
+    from samu_tune.strategies import reference as ref
+
+    def bad_grad(inputs, cfg):  # forward right, an extra term in br's gradient
+        out = ref.run(inputs, cfg)
+        real = out.real + (inputs.br - inputs.br.detach())
+        return samu_tune.ScanOutput(real, out.imag, out.final_state)
+    good = fake("bad_grad", 0.1)
+    object.__setattr__(good, "run", bad_grad)
+    env.add(good)
+    train = samu_tune.tune(TRAIN, strategies=["bad_grad", "reference"], reps=1)
+    assert train.winner.strategy == "reference"
+    assert "grad_br" in _by_name(train)["bad_grad"].reason
+    fwd = samu_tune.tune(TRAIN, mode="forward", strategies=["bad_grad"], reps=1)
+    assert fwd.winner.strategy == "bad_grad" and fwd.mode == "forward"
+    assert not fwd.problem.backward
+
+
+def test_deterministic_mode_filters_atomics(env, clock):
+    env.add(fake("atomic", 0.5, deterministic=False), fake("exact", 1.0))
+    names = ["atomic", "exact"]
+    free = samu_tune.tune(FWD, strategies=names, reps=1)
+    assert free.winner.strategy == "atomic"
+    det = samu_tune.tune(FWD.model_copy(update={"deterministic": True}), strategies=names, reps=1)
+    assert det.winner.strategy == "exact"
+    assert "atomic" in det.ineligible and "deterministic" in det.ineligible["atomic"][0]
+    assert all(c.strategy != "atomic" for c in det.candidates)
+    torch.use_deterministic_algorithms(True)
+    try:
+        under = samu_tune.tune(FWD, strategies=names, reps=1)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert under.problem.deterministic and under.winner.strategy == "exact"
+
+
+def test_refine_finds_the_exhaustive_optimum_with_fewer_configs(env, clock):
+    env.add(fake("grid", grid_cost, config_model=GridConfig), fake("flat", 1.5))
+    names = ["grid", "flat"]
+    events = []
+    refine = samu_tune.tune(FWD, strategies=names, reps=1, progress=events.append)
+    full = samu_tune.tune(FWD, strategies=names, reps=1, exhaustive=True)
+    assert full.search == "exhaustive" and len(full.candidates) == 13
+    for result in (refine, full):
+        assert (result.winner.strategy, result.winner.config) == ("grid", {"a": 2, "b": 1})
+        assert result.winner.time_ms == pytest.approx(1.0)
+        assert result.runner_up.time_ms == pytest.approx(1.5)
+    assert len(refine.candidates) < len(full.candidates)
+    phases = [c.phase for c in refine.candidates]
+    assert phases[:2] == ["screen", "screen"] and set(phases[2:]) == {"refine"}
+    # progress: a start and a finish per evaluated candidate, then the re-timed ones
+    starts = [e for e in events if e.event == "start"]
+    assert len(starts) == len(refine.candidates)
+    assert all(1 <= e.index <= e.total for e in events)
+    assert [e.elapsed_s for e in events] == sorted(e.elapsed_s for e in events)
+    assert {e.phase for e in events} == {"screen", "refine", "retime"}
+    finish = [e for e in events if e.event == "finish" and e.phase != "retime"]
+    assert [e.candidate for e in finish] == [c.name for c in refine.candidates]
+    assert finish[0].candidate == "grid[a=0,b=0]" and finish[0].time_ms == pytest.approx(3.5)
+
+
+def test_max_configs_caps_the_search(env, clock):
+    env.add(fake("grid", grid_cost, config_model=GridConfig))
+    result = samu_tune.tune(FWD, strategies=["grid"], reps=1, max_configs=3)
+    assert len(result.candidates) == 3 and result.stopped == "max_configs"
+    assert result.winner is not None
+    full = samu_tune.tune(FWD, strategies=["grid"], reps=1, max_configs=4, exhaustive=True)
+    timed = [c for c in full.candidates if c.status != "skipped"]
+    assert len(timed) == 4 and len(full.candidates) == 12
+    assert all("max_configs" in c.reason for c in full.candidates if c.status == "skipped")
+
+
+def test_budget_stops_starting_candidates(env):
+    env.add(fake("slowgrid", 30.0, config_model=GridConfig, sleep=True))
+    t0 = time.monotonic()
+    result = samu_tune.tune(FWD, strategies=["slowgrid"], reps=1, budget_s=0.15,
+                            exhaustive=True)
+    took = time.monotonic() - t0
+    timed = [c for c in result.candidates if c.status == "ok"]
+    assert result.stopped == "budget_s"
+    assert 1 <= len(timed) <= 3 and len(result.candidates) == 12
+    assert took < 2.0
+
+
+def test_ineligible_and_restricted(env, clock):
+    env.add(fake("fwd_only", 0.1, backward=False), fake("ok", 1.0))
+    result = samu_tune.tune(TRAIN, strategies=["fwd_only", "ok"], reps=1)
+    assert result.ineligible == {"fwd_only": ["no backward"]}
+    assert result.winner.strategy == "ok"
+    with pytest.raises(ValueError, match="mode must be"):
+        samu_tune.tune(TRAIN, mode="both")
+    with pytest.raises(ValueError, match="unknown strategy"):
+        samu_tune.tune(TRAIN, strategies=["nope"])
+
+
+def test_verification_problem_is_small_unless_the_config_needs_the_real_shape(env):
+    big = ScanProblem(B=8, L=4100, M=200, dtype="bfloat16", device="cpu", resets=True)
+    anything = fake("anything")
+    small = verification_problem(big, anything, anything.default_config(big))
+    assert (small.B, small.L, small.M) == (2, 256 + 4100 % 64, 32 + 200 % 32)
+    assert small.feature_key() == big.feature_key()
+    needs_m = fake("needs_m", valid=lambda p, cfg: p.M == 200)
+    v = verification_problem(big, needs_m, needs_m.default_config(big))
+    assert (v.B, v.L, v.M) == (2, 260, 200)
+    needs_all = fake("needs_all", valid=lambda p, cfg: p.L == 4100 and p.B == 8)
+    assert verification_problem(big, needs_all, needs_all.default_config(big)) == big
+    tiny = ScanProblem(B=1, L=7, M=64, device="cpu")
+    assert verification_problem(tiny, anything, anything.default_config(tiny)) == tiny
+
+
+def test_save_stores_the_winner(env, clock):
+    env.add(fake("fast", 1.0), fake("slow", 2.0))
+    result = samu_tune.tune(FWD, strategies=["fast", "slow"], reps=1, save=True)
+    entry = samu_tune.cache.lookup(FWD, result.device.signature())
+    assert entry.strategy == "fast" and entry.runner_up.strategy == "slow"
+    assert entry.cpu_wall_time and entry.mode == "forward"
