@@ -10,6 +10,9 @@ import torch  # noqa: E402
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    from interpreter_scan import install as _install_fast_scan  # noqa: E402
+
+    _install_fast_scan()
 os.environ["SAMU_TUNE_POISON"] = "1"
 os.environ.setdefault("SAMU_TUNE_CACHE_DIR", tempfile.mkdtemp(prefix="samu_tune_test_cache_"))
 
