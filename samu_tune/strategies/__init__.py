@@ -2,3 +2,4 @@
 from . import reference  # noqa: F401
 from . import serial  # noqa: F401
 from . import precomputed  # noqa: F401
+from . import lookback  # noqa: F401
