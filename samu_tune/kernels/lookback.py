@@ -44,7 +44,7 @@ from .complex_math import cmul, cmul_conj
 from .tile import load_transition, scan_transition, tile_scan, tile_times, transition_gradients
 
 # payload rows per slot: aggregate (Pr, Pi, Qr, Qi), then inclusive prefix (r, i)
-SLOT_ROWS = 6
+SLOT_ROWS = tl.constexpr(6)
 
 
 @triton.jit

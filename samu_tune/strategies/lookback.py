@@ -87,7 +87,7 @@ def n_chunks(L: int, chunk: int) -> int:
 def _sync_bytes(B: int, L: int, M: int, cfg: LookbackConfig) -> int:
     """Statuses (int32) and published summaries (fp32) of one launch."""
     slots = B * n_mode_tiles(M, cfg.block_m) * n_chunks(L, cfg.chunk)
-    return 4 * (1 + slots) + 4 * slots * lookback_kernels.SLOT_ROWS * cfg.block_m
+    return 4 * (1 + slots) + 4 * slots * lookback_kernels.SLOT_ROWS.value * cfg.block_m
 
 
 def workspace_bytes(problem: ScanProblem, cfg: LookbackConfig) -> int:
@@ -130,7 +130,7 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
     dev = x[0].device
     # one memset per launch: the ticket counter and every status start at 0
     sync = torch.zeros(1 + slots, dtype=torch.int32, device=dev)
-    carry = torch.empty(slots * lookback_kernels.SLOT_ROWS * plan.block_m, dtype=torch.float32,
+    carry = torch.empty(slots * lookback_kernels.SLOT_ROWS.value * plan.block_m, dtype=torch.float32,
                         device=dev)
     lookback_kernels.lookback_scan[(slots,)](
         sync, carry, eta, delta, nu_log, theta_log, seg, x[0], x[1], h0[0], h0[1], y[0], y[1],
