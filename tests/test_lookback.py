@@ -5,8 +5,9 @@ tile, resets on and inside chunk boundaries, an initial state, gradients through
 state only, half precision, chained vs decoupled agreement, the config space and workspace.
 
 Under the interpreter programs run one after the other, so a predecessor is always complete
-and its inclusive prefix published; ``inclusive_every > 1`` (a kernel knob: only every k-th
-chunk publishes its prefix) makes the look-back compose predecessor aggregates instead.
+and its inclusive prefix published; a ``window`` > 1 in decoupled mode (a plan knob: only
+every W-th chunk publishes its prefix) makes the look-back compose predecessor aggregates
+instead.  Chained mode with a window composes aggregates by design.
 GPU-marked: a race stress test (thousands of chunks, many repeats) and one compiled binary
 for every shape.
 """
@@ -57,9 +58,11 @@ def _grads(fn, inputs, weights=(1.0, 3.0, 1.0, -2.0)):
 @pytest.mark.parametrize("plan", [
     LookbackPlan.of(SMALL),
     LookbackPlan.of(CHAINED),
-    LookbackPlan.of(SMALL, inclusive_every=3),
-    LookbackPlan.of(LookbackConfig(chunk=32, block_m=32, num_warps=4), inclusive_every=100),
-], ids=["decoupled", "chained", "aggregates-every-3", "aggregates-to-chunk0"])
+    LookbackPlan.of(SMALL, window=3),
+    LookbackPlan.of(LookbackConfig(chunk=32, block_m=32, num_warps=4), window=100),
+    LookbackPlan.of(CHAINED, window=2),
+], ids=["decoupled", "chained", "aggregates-every-3", "aggregates-to-chunk0",
+        "chained-window-2"])
 def test_many_chunks_ragged_L_and_mode_tiles(plan):
     # L = 70: 5 chunks of 16 (3 of 32), the last ragged; M = 37: 3 tiles of 16 (2 of 32);
     # sparse resets so chunk aggregates are not all zero maps
@@ -72,7 +75,7 @@ def test_many_chunks_ragged_L_and_mode_tiles(plan):
 def test_long_look_back_without_resets(every):
     # 10 chunks (149 = 9 * 16 + 5): with every = 4 chunk 7 composes 3 aggregates
     problem = _problem(1, 149, 8, dtype="float32", initial_state=True, final_state=True)
-    _check(LookbackPlan.of(SMALL, inclusive_every=every), problem, seed=2)
+    _check(LookbackPlan.of(SMALL, window=every), problem, seed=2)
 
 
 def test_resets_on_and_inside_chunk_boundaries():
@@ -85,8 +88,8 @@ def test_resets_on_and_inside_chunk_boundaries():
     for t in (15, 17, 48):                   # row 1: next to boundaries, none at t = 0
         seg[1, t:] = torch.arange(53 - t, dtype=torch.int32)
     inputs = inputs.replace(segment_pos=seg)
-    for plan in (LookbackPlan.of(SMALL), LookbackPlan.of(SMALL, inclusive_every=2),
-                 LookbackPlan.of(CHAINED)):
+    for plan in (LookbackPlan.of(SMALL), LookbackPlan.of(SMALL, window=2),
+                 LookbackPlan.of(CHAINED), LookbackPlan.of(CHAINED, window=3)):
         _check(plan, problem, inputs=inputs, seed=3)
     # a reset at t = 0 cuts h0 off: zero gradient for row 0 only
     h0 = tuple(h.clone().requires_grad_(True) for h in inputs.initial_state)
@@ -99,7 +102,7 @@ def test_resets_on_and_inside_chunk_boundaries():
 def test_gradient_through_the_final_state_only():
     problem = _problem(2, 40, 6, dtype="float32", initial_state=True, final_state=True)
     inputs = random_inputs(problem, seed=4)
-    plan = LookbackPlan.of(SMALL, inclusive_every=2)
+    plan = LookbackPlan.of(SMALL, window=2)
     got = _grads(_run(plan), inputs, weights=(0.0, 0.0, 1.0, -2.0))
 
     def ref(inp):
@@ -121,7 +124,7 @@ def test_half_precision(dtype, control):
     inputs = random_inputs(problem, seed=5, reset_rate=0.05)
     out = lb.run(inputs, SMALL)
     assert out.real.dtype == inputs.br.dtype and out.final_state[0].dtype == torch.float32
-    _check(LookbackPlan.of(SMALL, inclusive_every=2), problem, inputs=inputs, seed=5)
+    _check(LookbackPlan.of(SMALL, window=2), problem, inputs=inputs, seed=5)
 
 
 def test_forward_only_and_tiny_shapes():
@@ -142,17 +145,17 @@ def test_chained_and_decoupled_agree_and_chained_is_reproducible():
                        final_state=True)
     inputs = random_inputs(problem, seed=6, reset_rate=0.03)
     chained = _grads(_run(LookbackPlan.of(CHAINED)), inputs)
-    decoupled = _grads(_run(LookbackPlan.of(SMALL, inclusive_every=3)), inputs)
-    for c, d in zip(chained, decoupled):
-        torch.testing.assert_close(c, d, rtol=2e-5, atol=2e-5)
+    for plan in (LookbackPlan.of(SMALL, window=3), LookbackPlan.of(CHAINED, window=2)):
+        for c, d in zip(chained, _grads(_run(plan), inputs)):
+            torch.testing.assert_close(c, d, rtol=2e-5, atol=2e-5)
     for a, b in zip(chained, _grads(_run(LookbackPlan.of(CHAINED)), inputs)):
         assert torch.equal(a, b)
 
 
-def test_chained_refuses_the_aggregate_knob():
+def test_a_window_below_one_is_refused():
     problem = _problem(1, 20, 4, dtype="float32", backward=False)
-    with pytest.raises(ValueError, match="decoupled"):
-        lb.lookback_scan(random_inputs(problem), LookbackPlan.of(CHAINED, inclusive_every=2))
+    with pytest.raises(ValueError, match="window"):
+        lb.lookback_scan(random_inputs(problem), LookbackPlan.of(SMALL, window=0))
 
 
 def test_config_space_is_pruned_and_default_is_valid():
@@ -168,13 +171,18 @@ def test_config_space_is_pruned_and_default_is_valid():
                     assert cfg.chunk * cfg.block_m <= 8192
                     assert cfg.chunk * cfg.block_m >= 32 * cfg.num_warps
                     assert not (det and cfg.lookback == "decoupled")
+                    assert cfg.window == 1 or (cfg.lookback == "chained"
+                                               and cfg.window < -(-L // cfg.chunk))
     big = strat.configs(_problem(8, 8192, 1024))
     assert {c.chunk for c in big} == {16, 32, 64, 128, 256}
     assert {c.block_m for c in big} == {16, 32, 64, 128}
     assert {c.lookback for c in big} == {"decoupled", "chained"}
     assert LookbackConfig(chunk=256, block_m=64) not in big          # over the tile budget
     assert {c.chunk for c in strat.configs(_problem(1, 20, 8))} == {16, 32}
+    assert {c.window for c in big} == {1, 8, 32}
     assert lb.default(_problem(1, 20, 8, deterministic=True)).lookback == "chained"
+    assert lb.default(_problem(1, 20, 8, deterministic=True)).window == 1
+    assert lb.default(_problem(1, 5000, 8, deterministic=True)).window == 8
     assert strat.priority == 11 and strat.capability.deterministic
 
 
@@ -201,7 +209,8 @@ def _cuda_inputs(problem, seed, reset_rate=0.002):
     LookbackConfig(chunk=64, block_m=32, num_warps=4, lookback="decoupled"),
     LookbackConfig(chunk=128, block_m=64, num_warps=8, lookback="decoupled"),
     LookbackConfig(chunk=32, block_m=16, num_warps=2, lookback="chained"),
-], ids=lambda c: f"{c.lookback}-c{c.chunk}-m{c.block_m}-w{c.num_warps}")
+    LookbackConfig(chunk=64, block_m=32, num_warps=4, lookback="chained", window=8),
+], ids=lambda c: f"{c.lookback}{c.window}-c{c.chunk}-m{c.block_m}-w{c.num_warps}")
 def test_gpu_race_stress(cfg):
     """Thousands of chunks, repeated: every run close to serial (forward and backward), chained
     runs bitwise identical.  A lost or reordered publication shows up as a wrong chunk."""

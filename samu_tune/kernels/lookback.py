@@ -9,14 +9,27 @@ Per program ([CHUNK, BLOCK_M] tile, the transition evaluated in registers):
 
 1. (P[r], Q[r]) = composition of rows 0..r of z -> A z + u (``tile_scan``); the chunk's
    aggregate is the last row (padding rows are the identity).
-2. DECOUPLED: publish the aggregate with status 1.
+2. Publish the aggregate with status 1 (which chunks do: below).
 3. Look back over predecessor chunks of the same (b, mode tile): spin while a predecessor's
    status is 0; status 2 (its inclusive prefix, the state after it) ends the walk, status 1
-   (its aggregate) is composed in and the walk continues one chunk further back.  Chained
-   mode publishes no aggregates, so it waits for the predecessor's inclusive prefix only
-   (one fixed combination order: bitwise deterministic).  Chunk 0 starts from ``init``.
-4. Publish the inclusive prefix P[last] carry + Q[last] with status 2.
+   (its aggregate) is composed in and the walk continues one chunk further back.  Chunk 0
+   starts from ``init``.
+4. Publish the inclusive prefix P[last] carry + Q[last] with status 2 (which chunks do: below).
 5. Replay: state[r] = P[r] carry + Q[r] for every row, stored in the output dtype.
+
+Who publishes what, with ``window`` W (a runtime value):
+
+- DECOUPLED (W = 1 in production): every chunk c > 0 publishes its aggregate before looking
+  back, and chunks with c % W == 0 their inclusive prefix after.  How far back a walk goes
+  depends on timing, so the combination order, and the last bits of the result, vary.
+- chained (not DECOUPLED): chunks with c % W == 0 publish only their inclusive prefix, the
+  others only their aggregate.  A walk from c therefore always composes the aggregates of
+  c-1 .. j+1 and ends at the inclusive prefix of j = the multiple of W below c: one fixed
+  combination order, bitwise deterministic.  W = 1 waits for the immediate predecessor's
+  prefix (a chain of n_chunks hops); larger W makes the dependent chain W times shorter.
+
+Tests raise W in decoupled mode to drive the aggregate path under the interpreter, where
+programs run one after the other and a predecessor is always complete.
 
 Forward (REVERSE=False): h[t] = A[t] h[t-1] + (br + i bi)[t], init = h0 or 0; out = h; the
 last chunk writes the final state (fp32).
@@ -31,11 +44,6 @@ Memory ordering: payloads are stored by every thread, then a CTA barrier, then o
 atomic sets the status (the release is cumulative over the writes the barrier ordered before
 it).  Readers poll with an acquire atomic (its scalar result is broadcast through shared
 memory behind a barrier) and read payloads with volatile loads (not served from L1).
-
-``inclusive_every`` (runtime, 1 in production; decoupled mode only): only chunks with
-c % inclusive_every == 0 (chunk 0 among them) publish an inclusive prefix; the others stay at status 1.  Tests raise it to drive
-the aggregate path of the look-back under the interpreter, where programs run one after the
-other and a predecessor is always complete.
 """
 import triton
 import triton.language as tl
@@ -99,7 +107,7 @@ def _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, BLOCK_M: tl
     return carry_r, carry_i
 
 
-@triton.jit(do_not_specialize=["B", "L", "M", "n_mtiles", "n_chunks", "inclusive_every"])
+@triton.jit(do_not_specialize=["B", "L", "M", "n_mtiles", "n_chunks", "window"])
 def lookback_scan(
     sync_ptr,                    # [1 + n_slots] int32, zeroed: ticket counter, then statuses
     carry_ptr,                   # [n_slots, SLOT_ROWS, BLOCK_M] f32 published summaries
@@ -114,7 +122,7 @@ def lookback_scan(
     gh0_r_ptr, gh0_i_ptr,        # rev: grad h0 (written, HAS_H0)  [B, M] f32
     p_eta_ptr, p_delta_ptr,      # rev: partial grad eta, delta  [B, L, n_mtiles] f32
     p_nu_ptr, p_theta_ptr,       # rev: partial grad nu_log, theta_log  [B, n_chunks, M] f32
-    B, L, M, n_mtiles, n_chunks, inclusive_every,
+    B, L, M, n_mtiles, n_chunks, window,
     HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
     DECOUPLED: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
 ):
@@ -157,12 +165,15 @@ def lookback_scan(
     flag_ptr = sync_ptr + 1 + slot
     base = carry_ptr + slot.to(tl.int64) * (SLOT_ROWS * BLOCK_M) + lane_t
     if DECOUPLED:
-        if c > 0:
-            tl.store(base, agg_pr)
-            tl.store(base + BLOCK_M, agg_pi)
-            tl.store(base + 2 * BLOCK_M, agg_qr)
-            tl.store(base + 3 * BLOCK_M, agg_qi)
-            _publish(flag_ptr, 1)
+        publish_aggregate = c > 0
+    else:
+        publish_aggregate = c % window != 0
+    if publish_aggregate:
+        tl.store(base, agg_pr)
+        tl.store(base + BLOCK_M, agg_pi)
+        tl.store(base + 2 * BLOCK_M, agg_qr)
+        tl.store(base + 3 * BLOCK_M, agg_qi)
+        _publish(flag_ptr, 1)
 
     # 2. the state entering the chunk: init for chunk 0, else looked back
     # per-lane masks from tensors (the interpreter rejects a tensor & scalar-bool mask)
@@ -185,7 +196,7 @@ def lookback_scan(
     end_r, end_i = cmul(agg_pr, agg_pi, carry_r, carry_i)
     end_r += agg_qr
     end_i += agg_qi
-    if c % inclusive_every == 0:              # always in production (and for chunk 0)
+    if c % window == 0:                       # chunk 0 among them
         tl.store(base + 4 * BLOCK_M, end_r)
         tl.store(base + 5 * BLOCK_M, end_i)
         _publish(flag_ptr, 2)

@@ -8,8 +8,11 @@ backward are the one kernel (``REVERSE``).
 
 ``lookback="decoupled"`` composes predecessor aggregates in a timing-dependent order (tiny
 floating-point differences between runs): ``valid`` rejects it when the problem asks for
-determinism.  ``lookback="chained"`` waits for the immediate predecessor's inclusive prefix
-only: one fixed combination order, bitwise reproducible.
+determinism.  ``lookback="chained"`` has one fixed combination order, bitwise reproducible:
+every ``window``-th chunk publishes only its inclusive prefix, the others only their
+aggregate, so a chunk composes the aggregates back to the previous window start and its
+prefix (window 1: wait for the immediate predecessor's prefix, a chain of n_chunks hops;
+window W: a chain W times shorter).
 """
 from __future__ import annotations
 
@@ -38,7 +41,8 @@ class LookbackConfig(BaseModel):
 
     ``chunk``: time steps per program; ``block_m``: modes per program; ``num_warps``: warps
     per program; ``lookback``: ``decoupled`` (predecessor aggregates, fast, not bitwise
-    reproducible) or ``chained`` (predecessor inclusive prefix only, deterministic).
+    reproducible) or ``chained`` (fixed combination order, deterministic); ``window``:
+    chunks per published inclusive prefix in chained mode (1 in decoupled mode).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -47,6 +51,7 @@ class LookbackConfig(BaseModel):
     block_m: Literal[16, 32, 64, 128] = 32
     num_warps: Literal[2, 4, 8] = 4
     lookback: Literal["decoupled", "chained"] = "decoupled"
+    window: Literal[1, 8, 32] = 1
 
 
 def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
@@ -61,19 +66,24 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
         return False
     if tile_elems < 32 * cfg.num_warps:
         return False
+    if cfg.window > 1 and (cfg.lookback == "decoupled"
+                           or cfg.window >= n_chunks(problem.L, cfg.chunk)):
+        return False
     return not (problem.deterministic and cfg.lookback == "decoupled")
 
 
 def default(problem: ScanProblem) -> LookbackConfig:
     """64-step chunks of 32 modes at 4 warps (16 elements per thread), shrunk to fit small
-    problems; chained under deterministic mode."""
+    problems; under deterministic mode chained, with a window of 8 chunks when there are more."""
     chunk = 64
     while chunk > 16 and chunk > problem.L:
         chunk //= 2
     block_m = 16 if problem.M <= 16 else 32
     mode = "chained" if problem.deterministic else "decoupled"
+    window = 8 if mode == "chained" and n_chunks(problem.L, chunk) > 8 else 1
     num_warps = 4 if chunk * block_m >= 128 * 4 else 2
-    return LookbackConfig(chunk=chunk, block_m=block_m, num_warps=num_warps, lookback=mode)
+    return LookbackConfig(chunk=chunk, block_m=block_m, num_warps=num_warps, lookback=mode,
+                          window=window)
 
 
 def n_mode_tiles(M: int, block_m: int) -> int:
@@ -104,26 +114,27 @@ def workspace_bytes(problem: ScanProblem, cfg: LookbackConfig) -> int:
 
 @dataclass(frozen=True)
 class LookbackPlan:
-    """Kernel launch parameters: a config plus the test knob ``inclusive_every`` (see
-    :mod:`samu_tune.kernels.lookback`; 1 in production)."""
+    """Kernel launch parameters.  ``window`` is the config's in chained mode; in decoupled
+    mode it is 1 except in tests, which raise it to drive the aggregate path (see
+    :mod:`samu_tune.kernels.lookback`)."""
 
     chunk: int
     block_m: int
     num_warps: int
     decoupled: bool
-    inclusive_every: int = 1
+    window: int = 1
 
     @classmethod
-    def of(cls, cfg: LookbackConfig, inclusive_every: int = 1) -> "LookbackPlan":
+    def of(cls, cfg: LookbackConfig, window: Optional[int] = None) -> "LookbackPlan":
         return cls(cfg.chunk, cfg.block_m, cfg.num_warps, cfg.lookback == "decoupled",
-                   inclusive_every)
+                   cfg.window if window is None else window)
 
 
 def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, delta, nu_log,
             theta_log, seg, x, h0, y, end, gx=(None, None), gh0=(None, None),
             p_ctl=(None, None), p_spec=(None, None)) -> None:
-    if plan.inclusive_every != 1 and not plan.decoupled:
-        raise ValueError("inclusive_every > 1 needs decoupled look-back")
+    if plan.window < 1:
+        raise ValueError(f"window must be >= 1, got {plan.window}")
     nmt = n_mode_tiles(M, plan.block_m)
     nch = n_chunks(L, plan.chunk)
     slots = B * nmt * nch
@@ -135,7 +146,7 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
     lookback_kernels.lookback_scan[(slots,)](
         sync, carry, eta, delta, nu_log, theta_log, seg, x[0], x[1], h0[0], h0[1], y[0], y[1],
         end[0], end[1], gx[0], gx[1], gh0[0], gh0[1], p_ctl[0], p_ctl[1], p_spec[0], p_spec[1],
-        B, L, M, nmt, nch, plan.inclusive_every,
+        B, L, M, nmt, nch, plan.window,
         HAS_RESETS=seg is not None, HAS_H0=h0[0] is not None, REVERSE=reverse,
         DECOUPLED=plan.decoupled, CHUNK=plan.chunk, BLOCK_M=plan.block_m,
         num_warps=plan.num_warps)
