@@ -29,12 +29,15 @@ from samu_tune.strategies.lookback import LookbackConfig  # noqa: E402
 from samu_tune.tolerances import TOLERANCES, relative_error  # noqa: E402
 
 SHAPES = [(8, 8192, 1024), (1, 16384, 256), (2, 65536, 128), (32, 512, 256)]
-CONFIGS = [LookbackConfig(chunk=c, block_m=m, num_warps=w, lookback=mode)
-           for c, m, w, mode in [
-               (64, 32, 4, "decoupled"), (64, 64, 4, "decoupled"), (64, 128, 8, "decoupled"),
-               (128, 32, 4, "decoupled"), (128, 64, 8, "decoupled"), (32, 64, 2, "decoupled"),
-               (32, 128, 4, "decoupled"), (256, 32, 8, "decoupled"), (16, 128, 2, "decoupled"),
-               (64, 32, 4, "chained"), (128, 64, 8, "chained")]]
+CONFIGS = [LookbackConfig(chunk=c, block_m=m, num_warps=w, lookback=mode, window=win)
+           for c, m, w, mode, win in [
+               (32, 32, 4, "decoupled", 1), (64, 32, 4, "decoupled", 1),
+               (16, 64, 4, "decoupled", 1), (32, 64, 8, "decoupled", 1),
+               (64, 64, 8, "decoupled", 1), (64, 16, 4, "decoupled", 1),
+               (128, 16, 8, "decoupled", 1), (128, 32, 8, "decoupled", 1),
+               (16, 128, 8, "decoupled", 1), (16, 32, 2, "decoupled", 1),
+               (32, 32, 4, "chained", 1), (32, 32, 4, "chained", 8),
+               (64, 32, 4, "chained", 32)]]
 
 
 def copy_bandwidth_tbps() -> float:

@@ -127,7 +127,8 @@ def lookback_scan(
     DECOUPLED: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
 ):
     """Grid: (B * n_mtiles * n_chunks,); the program id is ignored in favour of the ticket."""
-    ticket = tl.atomic_add(sync_ptr, 1)
+    # relaxed: the ticket only orders work; payloads are ordered by the status atomics
+    ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
     per_chunk = B * n_mtiles
     c = ticket // per_chunk                  # chunk, in scan order (reversed time if REVERSE)
     rest = ticket % per_chunk
