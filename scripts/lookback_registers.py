@@ -1,0 +1,96 @@
+"""Registers and spills of ``lookback_scan`` configs for sm_90, without a GPU.
+
+    python scripts/lookback_registers.py [CHUNKxBLOCK_MxWARPS ...]   (default: the config space)
+
+Compiles the kernel (bf16 data, resets and h0 on) through Triton's NVIDIA backend to PTX and
+runs the ptxas shipped with Triton on it (``ptxas -v``).  This is how the register budget in
+``samu_tune/strategies/lookback.py`` was chosen.  Uses Triton's compiler internals
+(``ASTSource``, backend stages): checked with Triton 3.6 and 3.9.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.pop("TRITON_INTERPRET", None)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import triton  # noqa: E402
+from triton._C.libtriton import ir  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.backends.nvidia.compiler import CUDABackend  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from samu_tune.kernels import lookback as K  # noqa: E402
+
+PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+INTS = ("B", "L", "M", "n_mtiles", "n_chunks", "window")
+
+
+def ptx(reverse: bool, chunk: int, block_m: int, num_warps: int, dt: str = "bf16") -> str:
+    fn = K.lookback_scan
+    data = {"x_r_ptr", "x_i_ptr", "y_r_ptr", "y_i_ptr", "gx_r_ptr", "gx_i_ptr"}
+    flags = dict(HAS_RESETS=True, HAS_H0=True, REVERSE=reverse, DECOUPLED=True, CHUNK=chunk,
+                 BLOCK_M=block_m)
+    sig, const, attrs = {}, {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in flags:
+            sig[name], const[name] = "constexpr", flags[name]
+        elif name in INTS:
+            sig[name] = "i32"
+        else:
+            sig[name] = (f"*{dt}" if name in data else "*i32" if name in ("sync_ptr", "seg_ptr")
+                         else "*fp32")
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(fn, sig, const, attrs)
+    target = GPUTarget("cuda", 90, 32)
+    backend = CUDABackend(target)
+    opts = backend.parse_options({"num_warps": num_warps, "ptx_version": 87})
+    stages: dict = {}
+    backend.add_stages(stages, opts, src.language)
+    ctx = ir.context()
+    ir.load_dialects(ctx)
+    backend.load_dialects(ctx)
+    mod = src.make_ir(target, opts, backend.get_codegen_implementation(opts),
+                      backend.get_module_map(), ctx)
+    meta = {"hash": "0", "target": target, **opts.__dict__}
+    for ext in ("ttir", "ttgir", "llir", "ptx"):
+        mod = stages[ext](mod, meta)
+    return mod
+
+
+def registers(reverse: bool, chunk: int, block_m: int, num_warps: int) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "k.ptx"
+        path.write_text(ptx(reverse, chunk, block_m, num_warps))
+        res = subprocess.run([str(PTXAS), "-arch=sm_90a", "-v", str(path), "-o",
+                              str(Path(tmp) / "k.cubin")], capture_output=True, text=True)
+    lines = [ln.split("ptxas info    : ")[-1].strip() for ln in res.stderr.splitlines()
+             if "registers" in ln or "spill" in ln]
+    return " | ".join(lines) if res.returncode == 0 else res.stderr.strip()[-300:]
+
+
+def main() -> None:
+    if len(sys.argv) > 1:
+        specs = [tuple(int(v) for v in s.split("x")) for s in sys.argv[1:]]
+    else:
+        from samu_tune.strategies.lookback import LookbackConfig, valid
+        from samu_tune.problem import ScanProblem
+        from samu_tune.registry import config_space
+        big = ScanProblem(B=8, L=8192, M=1024)
+        specs = sorted({(c.chunk, c.block_m, c.num_warps) for c in config_space(LookbackConfig)
+                        if valid(big, c)})
+    print(f"triton {triton.__version__}, ptxas {PTXAS}")
+    for chunk, block_m, warps in specs:
+        per_thread = chunk * block_m // (32 * warps)
+        for reverse in (False, True):
+            print(f"{'bwd' if reverse else 'fwd'} chunk={chunk:3d} block_m={block_m:3d} "
+                  f"warps={warps} ({per_thread:2d}/thread): "
+                  f"{registers(reverse, chunk, block_m, warps)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
