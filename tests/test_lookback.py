@@ -213,7 +213,11 @@ def _cuda_inputs(problem, seed, reset_rate=0.002):
 ], ids=lambda c: f"{c.lookback}{c.window}-c{c.chunk}-m{c.block_m}-w{c.num_warps}")
 def test_gpu_race_stress(cfg):
     """Thousands of chunks, repeated: every run close to serial (forward and backward), chained
-    runs bitwise identical.  A lost or reordered publication shows up as a wrong chunk."""
+    runs bitwise identical.  A lost or reordered publication reads an unwritten payload
+    (torch.empty) or a wrong carry: a large error in the chunk's rows, caught by the max-norm
+    check; rounding differences of the tree order are not (elementwise checks would trip on
+    cancellations in the control gradients, hence the norms)."""
+    from samu_tune.tolerances import relative_error
     problem = ScanProblem(B=2, L=50_000, M=48, dtype="float32", device="cuda", resets=True,
                           initial_state=True, final_state=True)
     inputs = _cuda_inputs(problem, seed=11)
@@ -222,9 +226,11 @@ def test_gpu_race_stress(cfg):
     first = None
     for rep in range(12):
         got = _grads(lambda inp: lb.run(inp, cfg), inputs)
-        for name, g, w in zip(range(len(got)), got, want):
-            torch.testing.assert_close(g, w, rtol=2e-3, atol=2e-3,
-                                       msg=lambda m: f"rep {rep} tensor {name}: {m}")
+        for i, (g, w) in enumerate(zip(got, want)):
+            g, w = g.double(), w.double()
+            worst = float((g - w).abs().max() / w.abs().max().clamp_min(1e-30))
+            scale = 1.0 if i < 4 else 10.0          # outputs and final state, then gradients
+            assert relative_error(g, w) <= 1e-4 * scale and worst <= 1e-3 * scale, (rep, i, worst)
         if cfg.lookback == "chained":
             if first is None:
                 first = got
