@@ -41,7 +41,9 @@ def _check(name, cfg, problem, inputs=None, seed=0):
 
 @pytest.mark.parametrize("name", FAMILY)
 @pytest.mark.parametrize("tile", [dict(chunk=16, block_m=16, num_warps=2),
-                                  dict(chunk=32, block_m=16, num_warps=4)], ids=["c16", "c32"])
+                                  dict(chunk=32, block_m=16, num_warps=4),
+                                  dict(chunk=16, block_m=16, num_warps=2, intra="walk")],
+                         ids=["c16", "c32", "walk16"])
 def test_ragged_length_and_mode_tiles(name, tile):
     # L = 45: a partial last chunk; M = 37: three 16-mode tiles, the last holding 5 modes
     problem = _problem(2, 45, 37, resets=True, initial_state=True, final_state=True)
@@ -55,12 +57,14 @@ def test_ragged_length_and_mode_tiles(name, tile):
 def test_many_chunks_span_several_prefix_blocks_and_groups(name, extra):
     # 19 chunks of 16: two log-depth blocks of 16, five groups of 4, two groups of 16
     problem = _problem(1, 300, 5, resets=True, initial_state=True, final_state=True)
-    cfg = _cfg(name, chunk=16, block_m=16, num_warps=2, **extra)
+    cfg = _cfg(name, chunk=16, block_m=16, num_warps=2,
+               intra="walk" if extra.get("group") == 16 else "scan", **extra)
     _check(name, cfg, problem, seed=2)
 
 
 @pytest.mark.parametrize("name", FAMILY)
-def test_resets_on_and_inside_chunk_boundaries(name):
+@pytest.mark.parametrize("intra", ["scan", "walk"])
+def test_resets_on_and_inside_chunk_boundaries(name, intra):
     B, L, M = 2, 50, 6
     problem = _problem(B, L, M, resets=True, initial_state=True, final_state=True)
     inputs = random_inputs(problem, seed=3)
@@ -69,7 +73,7 @@ def test_resets_on_and_inside_chunk_boundaries(name):
         seg[0, t:] = torch.arange(L - t, dtype=torch.int32)
     for t in (15, 31, 33):                  # row 1: chunk ends and just after a start
         seg[1, t:] = torch.arange(L - t, dtype=torch.int32)
-    cfg = _cfg(name, chunk=16, block_m=16, num_warps=2)
+    cfg = _cfg(name, chunk=16, block_m=16, num_warps=2, intra=intra)
     _check(name, cfg, problem, inputs=inputs.replace(segment_pos=seg), seed=3)
     # row 0 resets at t = 0: its h0 gets no gradient; row 1 does
     h0 = tuple(h.clone().requires_grad_(True) for h in inputs.initial_state)
@@ -79,11 +83,11 @@ def test_resets_on_and_inside_chunk_boundaries(name):
     assert torch.any(h0[0].grad[1] != 0)
 
 
-@pytest.mark.parametrize("name", FAMILY)
-def test_gradient_through_the_final_state_only(name):
+@pytest.mark.parametrize("name,intra", [(n, "scan") for n in FAMILY] + [("chunk", "walk")])
+def test_gradient_through_the_final_state_only(name, intra):
     problem = _problem(2, 40, 6, initial_state=True, final_state=True)
     inputs = random_inputs(problem, seed=2)
-    cfg = _cfg(name, chunk=16, block_m=16, num_warps=2)
+    cfg = _cfg(name, chunk=16, block_m=16, num_warps=2, intra=intra)
 
     def grads(fn, dtype):
         leaves = [t.detach().to(dtype).requires_grad_(True) for t in inputs.differentiable()]
@@ -113,12 +117,13 @@ def test_bf16_writes_with_bf16_controls(name):
     _check(name, cfg, problem, inputs=inputs, seed=5)
 
 
-@pytest.mark.parametrize("name", FAMILY)
-def test_atomic_reduce_matches_reference_and_partials(name):
+@pytest.mark.parametrize("name,intra", [("chunk", "scan"), ("hierarchical", "scan"),
+                                        ("grouped", "walk")])
+def test_atomic_reduce_matches_reference_and_partials(name, intra):
     problem = _problem(2, 40, 37, resets=True, initial_state=True, final_state=True)
     inputs = random_inputs(problem, seed=6)
-    atomic = _cfg(name, chunk=16, block_m=16, num_warps=2, reduce="atomic")
-    partials = _cfg(name, chunk=16, block_m=16, num_warps=2, reduce="partials")
+    atomic = _cfg(name, chunk=16, block_m=16, num_warps=2, reduce="atomic", intra=intra)
+    partials = _cfg(name, chunk=16, block_m=16, num_warps=2, reduce="partials", intra=intra)
     _check(name, atomic, problem, inputs=inputs, seed=6)
 
     def grads(cfg):
@@ -137,11 +142,11 @@ def test_atomic_reduce_matches_reference_and_partials(name):
     assert not strat.valid(problem.model_copy(update={"backward": False}), atomic)
 
 
-@pytest.mark.parametrize("name", FAMILY)
-def test_backward_is_bitwise_reproducible(name):
+@pytest.mark.parametrize("name,intra", [(n, "scan") for n in FAMILY] + [("hierarchical", "walk")])
+def test_backward_is_bitwise_reproducible(name, intra):
     problem = _problem(2, 40, 20, resets=True, initial_state=True, final_state=True)
     inputs = random_inputs(problem, seed=4)
-    cfg = _cfg(name, chunk=16, block_m=16, num_warps=2)
+    cfg = _cfg(name, chunk=16, block_m=16, num_warps=2, intra=intra)
 
     def grads():
         leaves = [t.detach().clone().requires_grad_(True) for t in inputs.differentiable()]
@@ -226,7 +231,10 @@ def test_config_space_is_pruned_and_defaults_are_valid():
                     for cfg in configs:
                         assert cfg.block_m <= max(16, triton.next_power_of_2(M))
                         assert cfg.chunk <= max(16, triton.next_power_of_2(L))
-                        assert 32 * cfg.num_warps <= cfg.chunk * cfg.block_m
+                        if cfg.intra == "scan":
+                            assert 32 * cfg.num_warps <= cfg.chunk * cfg.block_m
+                        else:
+                            assert 32 * cfg.num_warps <= max(64, cfg.block_m)
                         assert not (det and cfg.reduce == "atomic")
     big = ScanProblem(B=8, L=8192, M=1024)
     sizes = {name: len(registry.get(name).configs(big)) for name in FAMILY}
@@ -277,16 +285,20 @@ _GPU_CFGS = {
     "chunk": ChunkConfig(chunk=32, block_m=64, num_warps=4),
     "hierarchical": HierarchicalConfig(chunk=64, block_m=32, num_warps=4, prefix_block=16),
     "grouped": GroupedConfig(chunk=32, block_m=32, num_warps=2, group=4),
+    "chunk-walk": ChunkConfig(chunk=64, block_m=128, num_warps=4, intra="walk"),
+    "grouped-walk": GroupedConfig(chunk=128, block_m=64, num_warps=2, group=4, intra="walk"),
 }
+_GPU_CASES = sorted(_GPU_CFGS)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", FAMILY)
+@pytest.mark.parametrize("case", _GPU_CASES)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_gpu_every_member_at_a_larger_shape(name, dtype):
+def test_gpu_every_member_at_a_larger_shape(case, dtype):
     problem = ScanProblem(B=3, L=1000, M=200, dtype=dtype, device="cuda", resets=True,
                           initial_state=True, final_state=True)
-    cfg = _GPU_CFGS[name]
+    cfg = _GPU_CFGS[case]
+    name = case.split("-")[0]
     strat = registry.get(name)
     assert strat.valid(problem, cfg)
     failure = verify(lambda inp: strat.run(inp, cfg), random_inputs(problem, seed=1), problem,
@@ -299,8 +311,8 @@ def test_gpu_every_member_at_a_larger_shape(name, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", FAMILY)
-def test_a_new_shape_does_not_recompile(name):
+@pytest.mark.parametrize("case", _GPU_CASES)
+def test_a_new_shape_does_not_recompile(case):
     from samu_tune.kernels import chunk as chunk_kernels
     from samu_tune.settings import settings
     if settings().interpret:
@@ -308,7 +320,8 @@ def test_a_new_shape_does_not_recompile(name):
     kernels = [chunk_kernels.chunk_summary, chunk_kernels.chunk_replay,
                prefix_kernels.prefix_serial, prefix_kernels.prefix_blocked,
                prefix_kernels.group_scan]
-    cfg = _GPU_CFGS[name]
+    cfg = _GPU_CFGS[case]
+    name = case.split("-")[0]
     # L, M, chunk counts differ in divisibility by 16 and in being 1
     shapes = [(2, 37, 20), (3, 640, 48), (1, 1, 1), (4, 1029, 97)]
     counts = []

@@ -19,6 +19,7 @@ B, L, M and the chunk and tile counts are runtime values: one binary per block-s
 import triton
 import triton.language as tl
 
+from .chunk_walk import walk_replay, walk_summary
 from .complex_math import cmul, cmul_conj, spectrum
 from .tile import load_transition, scan_transition, tile_scan, tile_times, transition_gradients
 
@@ -65,25 +66,93 @@ def chunk_summary(
     p_r_ptr, p_i_ptr,            # chunk map P (written)  [B, n_chunks, M] f32
     q_r_ptr, q_i_ptr,            # chunk map Q (written)  [B, n_chunks, M] f32
     L, M, n_chunks, n_mblocks,
-    HAS_RESETS: tl.constexpr, REVERSE: tl.constexpr, CHUNK: tl.constexpr,
-    BLOCK_M: tl.constexpr,
+    HAS_RESETS: tl.constexpr, REVERSE: tl.constexpr, WALK: tl.constexpr,
+    CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
 ):
-    """The map z -> P z + Q of one (row, chunk, mode tile): the chunk's state from its carry-in."""
+    """The map z -> P z + Q of one (row, chunk, mode tile): the chunk's state from its carry-in.
+
+    WALK: by a rolled walk over the chunk's steps (:mod:`samu_tune.kernels.chunk_walk`),
+    else by an associative scan of the [CHUNK, BLOCK_M] tile.
+    """
     b, c, mb, bc = _program(n_chunks, n_mblocks)
     lane = mb * BLOCK_M + tl.arange(0, BLOCK_M)                                      # [BLOCK_M]
     mask = lane < M
     nu, _, cos_theta, sin_theta = spectrum(nu_log_ptr, theta_log_ptr, lane, mask)
-    pr, pi, qr, qi, _, _, _, _ = _scanned_tile(
-        eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, b * L, c, L, M, lane, mask, nu,
+    if WALK:
+        pr, pi, qr, qi = walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, b * L, c,
+                                      L, M, lane, mask, nu, cos_theta, sin_theta, HAS_RESETS,
+                                      REVERSE, CHUNK, BLOCK_M)                    # [BLOCK_M]
+        soff = bc * M + lane
+        tl.store(p_r_ptr + soff, pr, mask=mask)
+        tl.store(p_i_ptr + soff, pi, mask=mask)
+        tl.store(q_r_ptr + soff, qr, mask=mask)
+        tl.store(q_i_ptr + soff, qi, mask=mask)
+    else:
+        pr, pi, qr, qi, _, _, _, _ = _scanned_tile(
+            eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, b * L, c, L, M, lane, mask, nu,
+            cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK)
+        # the last row is the whole chunk (padding rows are identity); a masked 2-D store of
+        # that row avoids a cross-warp reduction
+        last = (tl.arange(0, CHUNK) == CHUNK - 1)[:, None] & mask[None, :]           # [CHUNK, BLOCK_M]
+        soff = tl.zeros([CHUNK, 1], tl.int64) + (bc * M + lane)[None, :]
+        tl.store(p_r_ptr + soff, pr, mask=last)
+        tl.store(p_i_ptr + soff, pi, mask=last)
+        tl.store(q_r_ptr + soff, qr, mask=last)
+        tl.store(q_i_ptr + soff, qi, mask=last)
+
+
+@triton.jit
+def _tile_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr, h_r_ptr,
+                 h_i_ptr, h0_r_ptr, h0_i_ptr, gh0_r_ptr, gh0_i_ptr, g_eta_ptr, g_delta_ptr,
+                 cr, ci, b, row, c, L, M, n_mblocks, mb, lane, mask, nu, cos_theta, sin_theta,
+                 HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
+                 ATOMIC: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr):
+    """:func:`chunk_replay` by re-scanning the [CHUNK, BLOCK_M] tile: every state is
+    P carry + Q.  Same stores and return as :func:`~samu_tune.kernels.chunk_walk.walk_replay`."""
+    pr, pi, qr, qi, t, valid, valid2, offs = _scanned_tile(
+        eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, lane, mask, nu,
         cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK)
-    # the last row is the whole chunk (padding rows are identity); a masked 2-D store of that
-    # row avoids a cross-warp reduction
-    last = (tl.arange(0, CHUNK) == CHUNK - 1)[:, None] & mask[None, :]               # [CHUNK, BLOCK_M]
-    soff = tl.zeros([CHUNK, 1], tl.int64) + (bc * M + lane)[None, :]
-    tl.store(p_r_ptr + soff, pr, mask=last)
-    tl.store(p_i_ptr + soff, pi, mask=last)
-    tl.store(q_r_ptr + soff, qr, mask=last)
-    tl.store(q_i_ptr + soff, qi, mask=last)
+    sr, si = cmul(pr, pi, cr[None, :], ci[None, :])                                  # [CHUNK, BLOCK_M]
+    sr += qr
+    si += qi
+    tl.store(y_r_ptr + offs, sr.to(y_r_ptr.dtype.element_ty), mask=valid2)
+    tl.store(y_i_ptr + offs, si.to(y_i_ptr.dtype.element_ty), mask=valid2)
+    mode_nu = tl.zeros((BLOCK_M,), tl.float32)
+    mode_delta = tl.zeros((BLOCK_M,), tl.float32)
+    if REVERSE:
+        # sr, si is the adjoint g[t]; the transition A[t] itself (not the scan's conj(A[t+1]))
+        ar, ai, log_radius, _ = load_transition(eta_ptr, delta_ptr, seg_ptr, row, t, valid, nu,
+                                                cos_theta, sin_theta, HAS_RESETS)
+        has_prev = (valid & (t > 0))[:, None] & mask[None, :]
+        prev = offs - M                                   # h[t-1]; masked at t = 0
+        hr = tl.load(h_r_ptr + prev, mask=has_prev, other=0.0).to(tl.float32)
+        hi = tl.load(h_i_ptr + prev, mask=has_prev, other=0.0).to(tl.float32)
+        if HAS_H0:
+            first = (t == 0)[:, None] & mask[None, :]                                # [CHUNK, BLOCK_M]
+            state = tl.zeros([CHUNK, 1], tl.int64) + (b * M + lane)[None, :]
+            h0r = tl.load(h0_r_ptr + b * M + lane, mask=mask, other=0.0).to(tl.float32)
+            h0i = tl.load(h0_i_ptr + b * M + lane, mask=mask, other=0.0).to(tl.float32)
+            hr = tl.where(first, h0r[None, :], hr)
+            hi = tl.where(first, h0i[None, :], hi)
+            # grad h0 = conj(A[0]) g[0]: only the program holding t = 0 writes it
+            g0r, g0i = cmul_conj(ar, ai, sr, si)
+            tl.store(gh0_r_ptr + state, g0r, mask=first)
+            tl.store(gh0_i_ptr + state, g0i, mask=first)
+        d_eta, d_delta = transition_gradients(sr, si, hr, hi, ar, ai, log_radius)
+        d_eta = tl.where(valid2, d_eta, 0.0)
+        d_delta = tl.where(valid2, d_delta, 0.0)
+        tok_eta = tl.sum(d_eta, axis=1)                                              # [CHUNK]
+        tok_delta = tl.sum(d_delta, axis=1)
+        if ATOMIC:
+            tl.atomic_add(g_eta_ptr + row + t, tok_eta, mask=valid)
+            tl.atomic_add(g_delta_ptr + row + t, tok_delta, mask=valid)
+        else:
+            tok = (row + t) * n_mblocks + mb
+            tl.store(g_eta_ptr + tok, tok_eta, mask=valid)
+            tl.store(g_delta_ptr + tok, tok_delta, mask=valid)
+        mode_nu = tl.sum(d_eta, axis=0)
+        mode_delta = tl.sum(d_delta, axis=0)
+    return mode_nu, mode_delta
 
 
 @triton.jit(do_not_specialize=["L", "M", "n_chunks", "n_mblocks"])
@@ -101,64 +170,41 @@ def chunk_replay(
     g_nu_ptr, g_theta_ptr,       # rev: grad nu_log, theta_log: partials [B, n_chunks, M] or (ATOMIC) [M] f32
     L, M, n_chunks, n_mblocks,
     HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
-    ATOMIC: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
+    ATOMIC: tl.constexpr, WALK: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
 ):
-    """Every state of one (row, chunk, mode tile): P carry + Q; backward also the gradients.
+    """Every state of one (row, chunk, mode tile) from its carry-in; backward also the gradients.
 
     Backward, per element: dL/dA[t] = g[t] conj(h[t-1]) gives d eta, d delta
     (:func:`transition_gradients`), zero where a reset zeroes A[t]; grad h0 = conj(A[0]) g[0].
     Control gradients are summed over the tile's modes, spectrum gradients over the chunk's
-    steps: stored as partials (deterministic) or float-atomically added (ATOMIC).
+    steps: stored as partials (deterministic) or float-atomically added (ATOMIC).  WALK picks
+    the rolled walk over the tile scan.
     """
     b, c, mb, bc = _program(n_chunks, n_mblocks)
     lane = mb * BLOCK_M + tl.arange(0, BLOCK_M)                                      # [BLOCK_M]
     mask = lane < M
     nu, theta, cos_theta, sin_theta = spectrum(nu_log_ptr, theta_log_ptr, lane, mask)
     row = b * L
-    pr, pi, qr, qi, t, valid, valid2, offs = _scanned_tile(
-        eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, lane, mask, nu,
-        cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK)
     cr = tl.load(carry_r_ptr + bc * M + lane, mask=mask, other=0.0)                  # [BLOCK_M]
     ci = tl.load(carry_i_ptr + bc * M + lane, mask=mask, other=0.0)
-    sr, si = cmul(pr, pi, cr[None, :], ci[None, :])                                  # [CHUNK, BLOCK_M]
-    sr += qr
-    si += qi
-    tl.store(y_r_ptr + offs, sr.to(y_r_ptr.dtype.element_ty), mask=valid2)
-    tl.store(y_i_ptr + offs, si.to(y_i_ptr.dtype.element_ty), mask=valid2)
+    if WALK:
+        mode_nu, mode_delta = walk_replay(
+            eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr, h_r_ptr, h_i_ptr,
+            h0_r_ptr, h0_i_ptr, gh0_r_ptr, gh0_i_ptr, g_eta_ptr, g_delta_ptr, cr, ci, b, row,
+            c, L, M, n_mblocks, mb, lane, mask, nu, cos_theta, sin_theta, HAS_RESETS, HAS_H0,
+            REVERSE, ATOMIC, CHUNK, BLOCK_M)
+    else:
+        mode_nu, mode_delta = _tile_replay(
+            eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr, h_r_ptr, h_i_ptr,
+            h0_r_ptr, h0_i_ptr, gh0_r_ptr, gh0_i_ptr, g_eta_ptr, g_delta_ptr, cr, ci, b, row,
+            c, L, M, n_mblocks, mb, lane, mask, nu, cos_theta, sin_theta, HAS_RESETS, HAS_H0,
+            REVERSE, ATOMIC, CHUNK, BLOCK_M)
     if REVERSE:
-        # sr, si is the adjoint g[t]; the transition A[t] itself (not the scan's conj(A[t+1]))
-        ar, ai, log_radius, _ = load_transition(eta_ptr, delta_ptr, seg_ptr, row, t, valid, nu,
-                                                cos_theta, sin_theta, HAS_RESETS)
-        has_prev = (valid & (t > 0))[:, None] & mask[None, :]
-        prev = offs - M                                   # h[t-1]; masked at t = 0
-        hr = tl.load(h_r_ptr + prev, mask=has_prev, other=0.0).to(tl.float32)
-        hi = tl.load(h_i_ptr + prev, mask=has_prev, other=0.0).to(tl.float32)
-        first = (t == 0)[:, None] & mask[None, :]                                    # [CHUNK, BLOCK_M]
-        state = tl.zeros([CHUNK, 1], tl.int64) + (b * M + lane)[None, :]
-        if HAS_H0:
-            h0r = tl.load(h0_r_ptr + b * M + lane, mask=mask, other=0.0).to(tl.float32)
-            h0i = tl.load(h0_i_ptr + b * M + lane, mask=mask, other=0.0).to(tl.float32)
-            hr = tl.where(first, h0r[None, :], hr)
-            hi = tl.where(first, h0i[None, :], hi)
-            # grad h0 = conj(A[0]) g[0]: only the program holding t = 0 writes it
-            g0r, g0i = cmul_conj(ar, ai, sr, si)
-            tl.store(gh0_r_ptr + state, g0r, mask=first)
-            tl.store(gh0_i_ptr + state, g0i, mask=first)
-        d_eta, d_delta = transition_gradients(sr, si, hr, hi, ar, ai, log_radius)
-        d_eta = tl.where(valid2, d_eta, 0.0)
-        d_delta = tl.where(valid2, d_delta, 0.0)
-        tok_eta = tl.sum(d_eta, axis=1)                                              # [CHUNK]
-        tok_delta = tl.sum(d_delta, axis=1)
-        mode_nu = tl.sum(d_eta, axis=0)                   # d log_radius / d nu_log = log_radius
-        mode_theta = tl.sum(d_delta, axis=0) * theta      # d theta / d theta_log = theta
+        # d log_radius / d nu_log = log_radius (already in d eta); d theta / d theta_log = theta
+        mode_theta = mode_delta * theta
         if ATOMIC:
-            tl.atomic_add(g_eta_ptr + row + t, tok_eta, mask=valid)
-            tl.atomic_add(g_delta_ptr + row + t, tok_delta, mask=valid)
             tl.atomic_add(g_nu_ptr + lane, mode_nu, mask=mask)
             tl.atomic_add(g_theta_ptr + lane, mode_theta, mask=mask)
         else:
-            tok = (row + t) * n_mblocks + mb
-            tl.store(g_eta_ptr + tok, tok_eta, mask=valid)
-            tl.store(g_delta_ptr + tok, tok_delta, mask=valid)
             tl.store(g_nu_ptr + bc * M + lane, mode_nu, mask=mask)
             tl.store(g_theta_ptr + bc * M + lane, mode_theta, mask=mask)

@@ -23,17 +23,18 @@ from typing import Literal, Optional
 import torch
 import triton
 
-from ..kernels import chunk as chunk_kernels, complex_math, prefix as prefix_kernels, tile
+from ..kernels import chunk as chunk_kernels, chunk_walk, complex_math, prefix as prefix_kernels, tile
 from ..problem import ScanProblem
 from ..tensors import ScanInputs, ScanOutput
 from . import _alloc
 
-KERNEL_MODULES = (chunk_kernels, prefix_kernels, complex_math, tile)
+KERNEL_MODULES = (chunk_kernels, chunk_walk, prefix_kernels, complex_math, tile)
 
 Chunk = Literal[16, 32, 64, 128]
 BlockM = Literal[16, 32, 64, 128]
 Warps = Literal[2, 4, 8]
 Reduce = Literal["partials", "atomic"]
+Intra = Literal["scan", "walk"]
 
 # elements of a [CHUNK, BLOCK_M] tile per thread: below 1 threads idle, above 32 the four
 # scanned fp32 pairs spill out of registers
@@ -47,8 +48,11 @@ def valid_common(problem: ScanProblem, cfg) -> bool:
         return False
     if cfg.chunk > max(16, triton.next_power_of_2(problem.L)):
         return False
-    per_thread = cfg.chunk * cfg.block_m // (32 * cfg.num_warps)
-    if not 1 <= per_thread <= _MAX_PER_THREAD:
+    if cfg.intra == "scan":
+        per_thread = cfg.chunk * cfg.block_m // (32 * cfg.num_warps)
+        if not 1 <= per_thread <= _MAX_PER_THREAD:
+            return False
+    elif 32 * cfg.num_warps > max(cfg.block_m, 64):   # a walk holds only a [BLOCK_M] vector
         return False
     if cfg.reduce == "atomic" and (problem.deterministic or not problem.backward):
         return False
@@ -60,7 +64,7 @@ def default_common(problem: ScanProblem) -> dict:
     chunk = 16 if problem.L <= 16 else 32
     block_m = 16 if problem.M <= 16 else (32 if problem.M <= 32 else 64)
     warps = 4 if chunk * block_m >= 1024 else 2
-    return dict(chunk=chunk, block_m=block_m, num_warps=warps, reduce="partials")
+    return dict(chunk=chunk, block_m=block_m, num_warps=warps, reduce="partials", intra="scan")
 
 
 def n_chunks(L: int, chunk: int) -> int:
@@ -101,6 +105,12 @@ class ChunkPlan:
     prefix: str          # "serial" | "hierarchical" | "grouped"
     prefix_block: int    # hierarchical: chunks per log-depth block; grouped: chunks per group
     atomic: bool
+    walk: bool           # walk each chunk's steps instead of scanning its tile
+
+    @classmethod
+    def of(cls, cfg, prefix: str, prefix_block: int = 0) -> "ChunkPlan":
+        return cls(cfg.chunk, cfg.block_m, cfg.num_warps, prefix, prefix_block,
+                   cfg.reduce == "atomic", cfg.intra == "walk")
 
 
 def _f32(*shape, device) -> torch.Tensor:
@@ -151,7 +161,7 @@ def _scan(plan: ChunkPlan, reverse: bool, B: int, L: int, M: int, *, eta, delta,
     nmb = triton.cdiv(M, plan.block_m)
     grid = (B * nc * nmb,)
     pq = tuple(_f32(B, nc, M, device=dev) for _ in range(4))
-    common = dict(HAS_RESETS=seg is not None, REVERSE=reverse, CHUNK=plan.chunk,
+    common = dict(HAS_RESETS=seg is not None, REVERSE=reverse, WALK=plan.walk, CHUNK=plan.chunk,
                   BLOCK_M=plan.block_m, num_warps=plan.num_warps)
     chunk_kernels.chunk_summary[grid](eta, delta, nu_log, theta_log, seg, x[0], x[1], *pq,
                                       L, M, nc, nmb, **common)

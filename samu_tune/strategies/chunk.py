@@ -14,13 +14,14 @@ from ..problem import ScanProblem
 from ..registry import Capability, Strategy, register
 from ..tensors import ScanInputs, ScanOutput
 from . import _chunk_common as common
-from ._chunk_common import BlockM, Chunk, ChunkPlan, Reduce, Warps
+from ._chunk_common import BlockM, Chunk, ChunkPlan, Intra, Reduce, Warps
 
 
 class ChunkConfig(BaseModel):
     """``chunk``: time steps per tile; ``block_m``: modes per tile; ``num_warps``: warps of the
     tile programs; ``reduce``: backward control/spectrum gradients as per-program partials
-    summed by torch (deterministic) or float atomics."""
+    summed by torch (deterministic) or float atomics; ``intra``: each chunk by an associative
+    scan of its [chunk, block_m] tile, or by a rolled walk of its steps on a [block_m] vector."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -28,6 +29,7 @@ class ChunkConfig(BaseModel):
     block_m: BlockM = 32
     num_warps: Warps = 4
     reduce: Reduce = "partials"
+    intra: Intra = "scan"
 
 
 def valid(problem: ScanProblem, cfg: ChunkConfig) -> bool:
@@ -43,8 +45,7 @@ def workspace_bytes(problem: ScanProblem, cfg: ChunkConfig) -> int:
 
 
 def run(inputs: ScanInputs, cfg: ChunkConfig) -> ScanOutput:
-    return common.chunk_scan(inputs, ChunkPlan(cfg.chunk, cfg.block_m, cfg.num_warps, "serial",
-                                               0, cfg.reduce == "atomic"))
+    return common.chunk_scan(inputs, ChunkPlan.of(cfg, "serial"))
 
 
 STRATEGY = register(Strategy(

@@ -17,7 +17,7 @@ from ..problem import ScanProblem
 from ..registry import Capability, Strategy, register
 from ..tensors import ScanInputs, ScanOutput
 from . import _chunk_common as common
-from ._chunk_common import BlockM, Chunk, ChunkPlan, Reduce, Warps
+from ._chunk_common import BlockM, Chunk, ChunkPlan, Intra, Reduce, Warps
 
 
 class GroupedConfig(BaseModel):
@@ -29,6 +29,7 @@ class GroupedConfig(BaseModel):
     block_m: BlockM = 32
     num_warps: Warps = 4
     reduce: Reduce = "partials"
+    intra: Intra = "scan"
     group: Literal[4, 16, 64] = 4
 
 
@@ -51,8 +52,7 @@ def workspace_bytes(problem: ScanProblem, cfg: GroupedConfig) -> int:
 
 
 def run(inputs: ScanInputs, cfg: GroupedConfig) -> ScanOutput:
-    return common.chunk_scan(inputs, ChunkPlan(cfg.chunk, cfg.block_m, cfg.num_warps,
-                                               "grouped", cfg.group, cfg.reduce == "atomic"))
+    return common.chunk_scan(inputs, ChunkPlan.of(cfg, "grouped", cfg.group))
 
 
 STRATEGY = register(Strategy(

@@ -16,7 +16,7 @@ from ..problem import ScanProblem
 from ..registry import Capability, Strategy, register
 from ..tensors import ScanInputs, ScanOutput
 from . import _chunk_common as common
-from ._chunk_common import BlockM, Chunk, ChunkPlan, Reduce, Warps
+from ._chunk_common import BlockM, Chunk, ChunkPlan, Intra, Reduce, Warps
 
 
 class HierarchicalConfig(BaseModel):
@@ -28,6 +28,7 @@ class HierarchicalConfig(BaseModel):
     block_m: BlockM = 32
     num_warps: Warps = 4
     reduce: Reduce = "partials"
+    intra: Intra = "scan"
     prefix_block: Literal[16, 64] = 16
 
 
@@ -47,9 +48,7 @@ def workspace_bytes(problem: ScanProblem, cfg: HierarchicalConfig) -> int:
 
 
 def run(inputs: ScanInputs, cfg: HierarchicalConfig) -> ScanOutput:
-    return common.chunk_scan(inputs, ChunkPlan(cfg.chunk, cfg.block_m, cfg.num_warps,
-                                               "hierarchical", cfg.prefix_block,
-                                               cfg.reduce == "atomic"))
+    return common.chunk_scan(inputs, ChunkPlan.of(cfg, "hierarchical", cfg.prefix_block))
 
 
 STRATEGY = register(Strategy(
