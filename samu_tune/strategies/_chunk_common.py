@@ -36,9 +36,9 @@ Warps = Literal[2, 4, 8]
 Reduce = Literal["partials", "atomic"]
 Intra = Literal["scan", "walk"]
 
-# elements of a [CHUNK, BLOCK_M] tile per thread: below 1 threads idle, above 32 the four
-# scanned fp32 pairs spill out of registers
-_MAX_PER_THREAD = 32
+# elements of a [CHUNK, BLOCK_M] tile per thread: below 1 threads idle; sm_90 builds of the
+# backward replay use ~150-190 registers at 8 and spill at 16 (ptxas, triton 3.9)
+_MAX_PER_THREAD = 8
 
 
 def valid_common(problem: ScanProblem, cfg) -> bool:
@@ -60,10 +60,11 @@ def valid_common(problem: ScanProblem, cfg) -> bool:
 
 
 def default_common(problem: ScanProblem) -> dict:
-    """chunk 32 (16 for short rows), 32- or 64-mode tiles, 4 warps (2 for small tiles)."""
+    """Tile scan, chunk 32 (16 for short rows), 32-mode tiles (16 for M <= 16), warps for 8
+    tile elements per thread (at least 2)."""
     chunk = 16 if problem.L <= 16 else 32
-    block_m = 16 if problem.M <= 16 else (32 if problem.M <= 32 else 64)
-    warps = 4 if chunk * block_m >= 1024 else 2
+    block_m = 16 if problem.M <= 16 else 32
+    warps = max(2, chunk * block_m // (32 * _MAX_PER_THREAD))
     return dict(chunk=chunk, block_m=block_m, num_warps=warps, reduce="partials", intra="scan")
 
 
@@ -117,8 +118,18 @@ def _f32(*shape, device) -> torch.Tensor:
     return _alloc.empty(*shape, dtype=torch.float32, device=device)
 
 
-def _prefix_warps(block_m: int) -> int:
-    return max(1, min(4, block_m // 32))
+# a [BLOCK_C, BLOCK_M] prefix block (hierarchical, grouped) at up to 8 warps keeps at most 16
+# elements per thread: sm_90 builds spill beyond that
+MAX_PREFIX_TILE = 16 * 32 * 8
+
+
+def prefix_tile_ok(prefix_block: int, block_m: int) -> bool:
+    return prefix_block * block_m <= MAX_PREFIX_TILE
+
+
+def _prefix_warps(rows: int, block_m: int) -> int:
+    """Warps for a [rows, BLOCK_M] prefix tile: about 16 elements per thread, 1 to 8."""
+    return max(1, min(8, rows * block_m // (32 * 16)))
 
 
 def _prefix(plan: ChunkPlan, B: int, M: int, nc: int, pq, init, carry, end) -> None:
@@ -126,7 +137,8 @@ def _prefix(plan: ChunkPlan, B: int, M: int, nc: int, pq, init, carry, end) -> N
     dev = carry[0].device
     nmb = triton.cdiv(M, plan.block_m)
     has_init, write_end = init[0] is not None, end[0] is not None
-    warps = _prefix_warps(plan.block_m)
+    warps = _prefix_warps(1 if plan.prefix == "serial" else plan.prefix_block, plan.block_m)
+    serial_warps = _prefix_warps(1, plan.block_m)
     if plan.prefix == "serial":
         prefix_kernels.prefix_serial[(B * nmb,)](
             *pq, init[0], init[1], carry[0], carry[1], end[0], end[1], M, nc,
@@ -146,7 +158,8 @@ def _prefix(plan: ChunkPlan, B: int, M: int, nc: int, pq, init, carry, end) -> N
             EXPAND=False, GROUP=plan.prefix_block, BLOCK_M=plan.block_m, num_warps=warps)
         prefix_kernels.prefix_serial[(B * nmb,)](
             *gpq, init[0], init[1], gcarry[0], gcarry[1], end[0], end[1], M, ng,
-            HAS_INIT=has_init, WRITE_END=write_end, BLOCK_M=plan.block_m, num_warps=warps)
+            HAS_INIT=has_init, WRITE_END=write_end, BLOCK_M=plan.block_m,
+            num_warps=serial_warps)
         prefix_kernels.group_scan[grid](
             *pq, *gpq, gcarry[0], gcarry[1], carry[0], carry[1], M, nc, ng,
             EXPAND=True, GROUP=plan.prefix_block, BLOCK_M=plan.block_m, num_warps=warps)

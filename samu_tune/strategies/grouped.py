@@ -35,9 +35,10 @@ class GroupedConfig(BaseModel):
 
 def valid(problem: ScanProblem, cfg: GroupedConfig) -> bool:
     """The chunk rules; groups small enough that there are at least two (the smallest group
-    is always allowed)."""
+    is always allowed) and whose [group, block_m] block fits in registers."""
     nc = common.n_chunks(problem.L, cfg.chunk)
     return (common.valid_common(problem, cfg)
+            and common.prefix_tile_ok(cfg.group, cfg.block_m)
             and cfg.group <= max(4, triton.next_power_of_2(nc) // 2))
 
 

@@ -33,9 +33,11 @@ class HierarchicalConfig(BaseModel):
 
 
 def valid(problem: ScanProblem, cfg: HierarchicalConfig) -> bool:
-    """The chunk rules; no prefix block far beyond the number of chunks."""
+    """The chunk rules; no prefix block far beyond the number of chunks or too big for
+    registers."""
     nc = common.n_chunks(problem.L, cfg.chunk)
     return (common.valid_common(problem, cfg)
+            and common.prefix_tile_ok(cfg.prefix_block, cfg.block_m)
             and cfg.prefix_block <= max(16, triton.next_power_of_2(nc)))
 
 
