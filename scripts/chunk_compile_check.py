@@ -39,34 +39,35 @@ _BF16 = ("x_r_ptr", "x_i_ptr", "y_r_ptr", "y_i_ptr", "h_r_ptr", "h_i_ptr")
 
 
 def _binaries(plan: common.ChunkPlan):
-    """(kernel, constexprs, num_warps) of every launch of one plan, forward and backward."""
+    """(kernel, constexprs, num_warps, num_stages) of every launch of one plan, forward and
+    backward."""
     out = []
     for rev in (False, True):
         tile = dict(HAS_RESETS=True, REVERSE=rev, WALK=plan.walk, CHUNK=plan.chunk,
-                    BLOCK_M=plan.block_m)
-        out.append((chunk_kernels.chunk_summary, tile, plan.num_warps))
+                    BLOCK_M=plan.block_m, NUM_STAGES=plan.num_stages)
+        out.append((chunk_kernels.chunk_summary, tile, plan.num_warps, plan.num_stages))
         replay = dict(tile, HAS_H0=True, ATOMIC=plan.atomic and rev)
         if not rev:
             replay.update({n: None for n in _REV_ONLY})
-        out.append((chunk_kernels.chunk_replay, replay, plan.num_warps))
+        out.append((chunk_kernels.chunk_replay, replay, plan.num_warps, plan.num_stages))
     flags = dict(HAS_INIT=True, WRITE_END=True, BLOCK_M=plan.block_m)
     serial_warps = common._prefix_warps(1, plan.block_m)
     if plan.prefix == "serial":
-        out.append((prefix_kernels.prefix_serial, flags, serial_warps))
+        out.append((prefix_kernels.prefix_serial, flags, serial_warps, None))
     elif plan.prefix == "hierarchical":
         out.append((prefix_kernels.prefix_blocked, dict(flags, BLOCK_C=plan.prefix_block),
-                    common._prefix_warps(plan.prefix_block, plan.block_m)))
+                    common._prefix_warps(plan.prefix_block, plan.block_m), None))
     else:
         warps = common._prefix_warps(plan.prefix_block, plan.block_m)
-        out.append((prefix_kernels.prefix_serial, flags, serial_warps))
+        out.append((prefix_kernels.prefix_serial, flags, serial_warps, None))
         for expand in (False, True):
             out.append((prefix_kernels.group_scan,
                         dict(EXPAND=expand, GROUP=plan.prefix_block, BLOCK_M=plan.block_m),
-                        warps))
+                        warps, None))
     return out
 
 
-def _compile(fn, consts, num_warps, target):
+def _compile(fn, consts, num_warps, num_stages, target):
     sig = {}
     for name in fn.arg_names:
         if name in consts:
@@ -79,7 +80,8 @@ def _compile(fn, consts, num_warps, target):
             sig[name] = "*fp32" if name.endswith("ptr") else "i32"
     start = time.perf_counter()
     kernel = triton.compile(ASTSource(fn, sig, constexprs=consts), target=target,
-                            options=dict(num_warps=num_warps))
+                            options=dict(num_warps=num_warps, **(
+                                {} if num_stages is None else dict(num_stages=num_stages))))
     seconds = time.perf_counter() - start
     with tempfile.NamedTemporaryFile(suffix=".cubin") as fh:
         fh.write(kernel.asm["cubin"])
@@ -108,17 +110,17 @@ def main() -> None:
                                 ("grouped", "grouped", "group")):
         for cfg in registry.get(name).configs(problem):
             plan = common.ChunkPlan.of(cfg, prefix, getattr(cfg, field) if field else 0)
-            for fn, consts, warps in _binaries(plan):
-                key = (fn.__name__, tuple(sorted(consts.items())), warps)
+            for fn, consts, warps, stages in _binaries(plan):
+                key = (fn.__name__, tuple(sorted(consts.items())), warps, stages)
                 if key not in seen:
                     seen.add(key)
-                    jobs.append((fn, consts, warps))
+                    jobs.append((fn, consts, warps, stages))
     if args.limit:
         jobs = jobs[:args.limit]
     target = GPUTarget("cuda", args.arch, 32)
     results = []
-    for i, (fn, consts, warps) in enumerate(jobs):
-        seconds, regs, stack = _compile(fn, consts, warps, target)
+    for i, (fn, consts, warps, stages) in enumerate(jobs):
+        seconds, regs, stack = _compile(fn, consts, warps, stages, target)
         label = f"{fn.__name__} warps={warps} " + " ".join(
             f"{k}={v}" for k, v in consts.items() if v is not None and not k.endswith("ptr"))
         results.append((seconds, regs, stack, label))

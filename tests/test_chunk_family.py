@@ -42,7 +42,8 @@ def _check(name, cfg, problem, inputs=None, seed=0):
 @pytest.mark.parametrize("name", FAMILY)
 @pytest.mark.parametrize("tile", [dict(chunk=16, block_m=16, num_warps=2),
                                   dict(chunk=32, block_m=16, num_warps=4),
-                                  dict(chunk=16, block_m=16, num_warps=2, intra="walk")],
+                                  dict(chunk=16, block_m=16, num_warps=2, intra="walk",
+                                       num_stages=2)],
                          ids=["c16", "c32", "walk16"])
 def test_ragged_length_and_mode_tiles(name, tile):
     # L = 45: a partial last chunk; M = 37: three 16-mode tiles, the last holding 5 modes
@@ -122,8 +123,9 @@ def test_bf16_writes_with_bf16_controls(name):
 def test_atomic_reduce_matches_reference_and_partials(name, intra):
     problem = _problem(2, 40, 37, resets=True, initial_state=True, final_state=True)
     inputs = random_inputs(problem, seed=6)
-    atomic = _cfg(name, chunk=16, block_m=16, num_warps=2, reduce="atomic", intra=intra)
-    partials = _cfg(name, chunk=16, block_m=16, num_warps=2, reduce="partials", intra=intra)
+    tile = dict(chunk=16, block_m=16 if intra == "scan" else 32, num_warps=2, intra=intra)
+    atomic = _cfg(name, reduce="atomic", **tile)
+    partials = _cfg(name, reduce="partials", **tile)
     _check(name, atomic, problem, inputs=inputs, seed=6)
 
     def grads(cfg):
@@ -231,6 +233,7 @@ def test_config_space_is_pruned_and_defaults_are_valid():
                     for cfg in configs:
                         assert cfg.block_m <= max(16, triton.next_power_of_2(M))
                         assert cfg.chunk <= max(16, triton.next_power_of_2(L))
+                        assert cfg.num_stages == 1 or cfg.intra == "walk"
                         if cfg.intra == "scan":
                             per_thread = cfg.chunk * cfg.block_m // (32 * cfg.num_warps)
                             assert 1 <= per_thread <= 8
@@ -286,7 +289,7 @@ _GPU_CFGS = {
     "chunk": ChunkConfig(chunk=32, block_m=64, num_warps=8),
     "hierarchical": HierarchicalConfig(chunk=64, block_m=32, num_warps=8, prefix_block=16),
     "grouped": GroupedConfig(chunk=32, block_m=32, num_warps=4, group=4),
-    "chunk-walk": ChunkConfig(chunk=64, block_m=128, num_warps=4, intra="walk"),
+    "chunk-walk": ChunkConfig(chunk=64, block_m=128, num_warps=4, intra="walk", num_stages=2),
     "grouped-walk": GroupedConfig(chunk=128, block_m=64, num_warps=2, group=4, intra="walk"),
 }
 _GPU_CASES = sorted(_GPU_CFGS)

@@ -67,7 +67,7 @@ def chunk_summary(
     q_r_ptr, q_i_ptr,            # chunk map Q (written)  [B, n_chunks, M] f32
     L, M, n_chunks, n_mblocks,
     HAS_RESETS: tl.constexpr, REVERSE: tl.constexpr, WALK: tl.constexpr,
-    CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
+    CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
     """The map z -> P z + Q of one (row, chunk, mode tile): the chunk's state from its carry-in.
 
@@ -81,7 +81,7 @@ def chunk_summary(
     if WALK:
         pr, pi, qr, qi = walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, b * L, c,
                                       L, M, lane, mask, nu, cos_theta, sin_theta, HAS_RESETS,
-                                      REVERSE, CHUNK, BLOCK_M)                    # [BLOCK_M]
+                                      REVERSE, CHUNK, BLOCK_M, NUM_STAGES)        # [BLOCK_M]
         soff = bc * M + lane
         tl.store(p_r_ptr + soff, pr, mask=mask)
         tl.store(p_i_ptr + soff, pi, mask=mask)
@@ -171,6 +171,7 @@ def chunk_replay(
     L, M, n_chunks, n_mblocks,
     HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
     ATOMIC: tl.constexpr, WALK: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
 ):
     """Every state of one (row, chunk, mode tile) from its carry-in; backward also the gradients.
 
@@ -178,7 +179,7 @@ def chunk_replay(
     (:func:`transition_gradients`), zero where a reset zeroes A[t]; grad h0 = conj(A[0]) g[0].
     Control gradients are summed over the tile's modes, spectrum gradients over the chunk's
     steps: stored as partials (deterministic) or float-atomically added (ATOMIC).  WALK picks
-    the rolled walk over the tile scan.
+    the rolled walk (pipelined NUM_STAGES deep) over the tile scan.
     """
     b, c, mb, bc = _program(n_chunks, n_mblocks)
     lane = mb * BLOCK_M + tl.arange(0, BLOCK_M)                                      # [BLOCK_M]
@@ -192,7 +193,7 @@ def chunk_replay(
             eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr, h_r_ptr, h_i_ptr,
             h0_r_ptr, h0_i_ptr, gh0_r_ptr, gh0_i_ptr, g_eta_ptr, g_delta_ptr, cr, ci, b, row,
             c, L, M, n_mblocks, mb, lane, mask, nu, cos_theta, sin_theta, HAS_RESETS, HAS_H0,
-            REVERSE, ATOMIC, CHUNK, BLOCK_M)
+            REVERSE, ATOMIC, CHUNK, BLOCK_M, NUM_STAGES)
     else:
         mode_nu, mode_delta = _tile_replay(
             eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr, h_r_ptr, h_i_ptr,

@@ -9,7 +9,8 @@ chain of n steps; with B x n_chunks x n_mblocks programs in flight that latency 
 Scan order as in :mod:`samu_tune.kernels.tile`: step r is time t = c CHUNK + r forward,
 t = L - 1 - (c CHUNK + r) backward, where the map at t is conj(A[t+1]) (A[L] = 1).  Walking
 backward, A[t] computed at one step is the next step's map, so each step evaluates one
-transition (plus one before the loop).
+transition (plus one before the loop).  NUM_STAGES software-pipelines the walk (loads of
+later steps issued while the current one computes), as in the serial strategy.
 """
 import triton
 import triton.language as tl
@@ -47,7 +48,7 @@ def _first_map(eta_ptr, delta_ptr, seg_ptr, row, start, L, nu, cos_theta, sin_th
 @triton.jit
 def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, lane, mask, nu,
                  cos_theta, sin_theta, HAS_RESETS: tl.constexpr, REVERSE: tl.constexpr,
-                 CHUNK: tl.constexpr, BLOCK_M: tl.constexpr):
+                 CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, NUM_STAGES: tl.constexpr):
     """The chunk's map z -> P z + Q: (Pr, Pi, Qr, Qi), [BLOCK_M] each."""
     start = c * CHUNK
     n = tl.minimum(CHUNK, L - start)
@@ -58,7 +59,7 @@ def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, la
     if REVERSE:
         nr, ni = _first_map(eta_ptr, delta_ptr, seg_ptr, row, start, L, nu, cos_theta,
                             sin_theta, HAS_RESETS)
-    for r in range(0, n):
+    for r in tl.range(0, n, num_stages=NUM_STAGES):
         if REVERSE:
             t = L - 1 - (start + r)
         else:
@@ -85,7 +86,8 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
                 h_i_ptr, h0_r_ptr, h0_i_ptr, gh0_r_ptr, gh0_i_ptr, g_eta_ptr, g_delta_ptr,
                 sr, si, b, row, c, L, M, n_mblocks, mb, lane, mask, nu, cos_theta, sin_theta,
                 HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
-                ATOMIC: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr):
+                ATOMIC: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
+                NUM_STAGES: tl.constexpr):
     """Walk the chunk from the carry-in (sr, si), storing every state into y.
 
     Backward also stores per-token control gradients (summed over the tile's modes) and grad
@@ -106,7 +108,7 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
         else:
             h0r = tl.zeros((BLOCK_M,), tl.float32)
             h0i = tl.zeros((BLOCK_M,), tl.float32)
-    for r in range(0, n):
+    for r in tl.range(0, n, num_stages=NUM_STAGES):
         if REVERSE:
             t = L - 1 - (start + r)
         else:

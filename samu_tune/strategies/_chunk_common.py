@@ -35,6 +35,7 @@ BlockM = Literal[16, 32, 64, 128]
 Warps = Literal[2, 4, 8]
 Reduce = Literal["partials", "atomic"]
 Intra = Literal["scan", "walk"]
+Stages = Literal[1, 2, 4]
 
 # elements of a [CHUNK, BLOCK_M] tile per thread: below 1 threads idle; sm_90 builds of the
 # backward replay use ~150-190 registers at 8 and spill at 16 (ptxas, triton 3.9)
@@ -56,6 +57,8 @@ def valid_common(problem: ScanProblem, cfg) -> bool:
         return False
     if cfg.reduce == "atomic" and (problem.deterministic or not problem.backward):
         return False
+    if cfg.num_stages > 1 and (cfg.intra != "walk" or cfg.num_stages > cfg.chunk // 4):
+        return False   # pipelining is for the walk's loop, a few steps of the chunk ahead
     return True
 
 
@@ -65,7 +68,8 @@ def default_common(problem: ScanProblem) -> dict:
     chunk = 16 if problem.L <= 16 else 32
     block_m = 16 if problem.M <= 16 else 32
     warps = max(2, chunk * block_m // (32 * _MAX_PER_THREAD))
-    return dict(chunk=chunk, block_m=block_m, num_warps=warps, reduce="partials", intra="scan")
+    return dict(chunk=chunk, block_m=block_m, num_warps=warps, reduce="partials", intra="scan",
+                num_stages=1)
 
 
 def n_chunks(L: int, chunk: int) -> int:
@@ -107,11 +111,12 @@ class ChunkPlan:
     prefix_block: int    # hierarchical: chunks per log-depth block; grouped: chunks per group
     atomic: bool
     walk: bool           # walk each chunk's steps instead of scanning its tile
+    num_stages: int      # software pipelining depth of the walk
 
     @classmethod
     def of(cls, cfg, prefix: str, prefix_block: int = 0) -> "ChunkPlan":
         return cls(cfg.chunk, cfg.block_m, cfg.num_warps, prefix, prefix_block,
-                   cfg.reduce == "atomic", cfg.intra == "walk")
+                   cfg.reduce == "atomic", cfg.intra == "walk", cfg.num_stages)
 
 
 def _f32(*shape, device) -> torch.Tensor:
@@ -175,7 +180,8 @@ def _scan(plan: ChunkPlan, reverse: bool, B: int, L: int, M: int, *, eta, delta,
     grid = (B * nc * nmb,)
     pq = tuple(_f32(B, nc, M, device=dev) for _ in range(4))
     common = dict(HAS_RESETS=seg is not None, REVERSE=reverse, WALK=plan.walk, CHUNK=plan.chunk,
-                  BLOCK_M=plan.block_m, num_warps=plan.num_warps)
+                  BLOCK_M=plan.block_m, NUM_STAGES=plan.num_stages, num_warps=plan.num_warps,
+                  num_stages=plan.num_stages)
     chunk_kernels.chunk_summary[grid](eta, delta, nu_log, theta_log, seg, x[0], x[1], *pq,
                                       L, M, nc, nmb, **common)
     carry = (_f32(B, nc, M, device=dev), _f32(B, nc, M, device=dev))

@@ -14,14 +14,15 @@ from ..problem import ScanProblem
 from ..registry import Capability, Strategy, register
 from ..tensors import ScanInputs, ScanOutput
 from . import _chunk_common as common
-from ._chunk_common import BlockM, Chunk, ChunkPlan, Intra, Reduce, Warps
+from ._chunk_common import BlockM, Chunk, ChunkPlan, Intra, Reduce, Stages, Warps
 
 
 class ChunkConfig(BaseModel):
     """``chunk``: time steps per tile; ``block_m``: modes per tile; ``num_warps``: warps of the
     tile programs; ``reduce``: backward control/spectrum gradients as per-program partials
     summed by torch (deterministic) or float atomics; ``intra``: each chunk by an associative
-    scan of its [chunk, block_m] tile, or by a rolled walk of its steps on a [block_m] vector."""
+    scan of its [chunk, block_m] tile, or by a rolled walk of its steps on a [block_m] vector;
+    ``num_stages``: software pipelining depth of the walk (1 for the scan)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -30,6 +31,7 @@ class ChunkConfig(BaseModel):
     num_warps: Warps = 4
     reduce: Reduce = "partials"
     intra: Intra = "scan"
+    num_stages: Stages = 1
 
 
 def valid(problem: ScanProblem, cfg: ChunkConfig) -> bool:

@@ -17,7 +17,7 @@ from ..problem import ScanProblem
 from ..registry import Capability, Strategy, register
 from ..tensors import ScanInputs, ScanOutput
 from . import _chunk_common as common
-from ._chunk_common import BlockM, Chunk, ChunkPlan, Intra, Reduce, Warps
+from ._chunk_common import BlockM, Chunk, ChunkPlan, Intra, Reduce, Stages, Warps
 
 
 class GroupedConfig(BaseModel):
@@ -30,6 +30,7 @@ class GroupedConfig(BaseModel):
     num_warps: Warps = 4
     reduce: Reduce = "partials"
     intra: Intra = "scan"
+    num_stages: Stages = 1
     group: Literal[4, 16, 64] = 4
 
 

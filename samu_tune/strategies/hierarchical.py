@@ -16,7 +16,7 @@ from ..problem import ScanProblem
 from ..registry import Capability, Strategy, register
 from ..tensors import ScanInputs, ScanOutput
 from . import _chunk_common as common
-from ._chunk_common import BlockM, Chunk, ChunkPlan, Intra, Reduce, Warps
+from ._chunk_common import BlockM, Chunk, ChunkPlan, Intra, Reduce, Stages, Warps
 
 
 class HierarchicalConfig(BaseModel):
@@ -29,6 +29,7 @@ class HierarchicalConfig(BaseModel):
     num_warps: Warps = 4
     reduce: Reduce = "partials"
     intra: Intra = "scan"
+    num_stages: Stages = 1
     prefix_block: Literal[16, 64] = 16
 
 
