@@ -5,3 +5,4 @@ from . import precomputed  # noqa: F401
 from . import chunk  # noqa: F401
 from . import hierarchical  # noqa: F401
 from . import grouped  # noqa: F401
+from . import lookback  # noqa: F401
