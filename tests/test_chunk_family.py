@@ -209,7 +209,8 @@ def test_prefix_kernels_against_a_loop(variant, has_init):
                                                        BLOCK_M=block_m)
     p = torch.complex(pq[0].double(), pq[1].double())
     q = torch.complex(pq[2].double(), pq[3].double())
-    z = torch.complex(*init).to(torch.complex128) if has_init else torch.zeros(B, M, dtype=torch.complex128)
+    z = torch.complex(*init).to(torch.complex128) if has_init else torch.zeros(
+        B, M, dtype=torch.complex128)
     want = []
     for c in range(nc):
         want.append(z)

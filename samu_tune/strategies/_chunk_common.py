@@ -23,7 +23,8 @@ from typing import Literal, Optional
 import torch
 import triton
 
-from ..kernels import chunk as chunk_kernels, chunk_walk, complex_math, prefix as prefix_kernels, tile
+from ..kernels import chunk as chunk_kernels, chunk_walk, complex_math, tile
+from ..kernels import prefix as prefix_kernels
 from ..problem import ScanProblem
 from ..tensors import ScanInputs, ScanOutput
 from . import _alloc
