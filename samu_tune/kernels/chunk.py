@@ -4,7 +4,9 @@ The sequence of row b is cut into chunks of CHUNK steps (in scan order: time ord
 reversed time order backward; see :mod:`samu_tune.kernels.tile`).  Each program owns one
 (row b, chunk c, mode tile) as a [CHUNK, BLOCK_M] tile and scans it with
 ``tl.associative_scan``; row r of the scanned tile is the affine map z -> P[r] z + Q[r] from
-the state entering the chunk to the state after row r.
+the state entering the chunk to the state after row r.  With ``WALK`` the program instead
+walks the chunk's steps on a [BLOCK_M] vector (:mod:`samu_tune.kernels.chunk_walk`); the
+stores are the same.
 
 - :func:`chunk_summary` stores the whole chunk's map (the last row, P, Q) into
   [B, n_chunks, M] fp32 buffers; a prefix (:mod:`samu_tune.kernels.prefix`) turns those into
