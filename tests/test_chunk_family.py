@@ -51,6 +51,14 @@ def test_ragged_length_and_mode_tiles(name, tile):
     _check(name, _cfg(name, **tile), problem, seed=1)
 
 
+@pytest.mark.parametrize("name", FAMILY)
+@pytest.mark.parametrize("intra", ["scan", "walk"])
+@pytest.mark.parametrize("shape", [(2, 1, 1), (1, 17, 1)], ids=["L1", "L17"])
+def test_one_step_and_a_one_step_last_chunk(name, intra, shape):
+    problem = _problem(*shape, resets=True, initial_state=True, final_state=True)
+    _check(name, _cfg(name, chunk=16, block_m=16, num_warps=2, intra=intra), problem, seed=8)
+
+
 @pytest.mark.parametrize("name,extra", [("hierarchical", dict(prefix_block=16)),
                                         ("grouped", dict(group=4)),
                                         ("grouped", dict(group=16)),
