@@ -132,7 +132,7 @@ def main() -> None:
     for r in results[:5]:
         print(f"  {r[0]:5.1f}s  {r[3]}")
     spills = [r for r in results if r[2] > 0]
-    print(f"{len(spills)} binaries use stack (spills):")
+    print(f"{len(spills)} binaries use stack (register spills, or ~32 bytes for pipelined loops):")
     for r in sorted(spills, key=lambda r: -r[2])[:10]:
         print(f"  stack={r[2]} regs={r[1]}  {r[3]}")
 

@@ -51,6 +51,14 @@ def test_ragged_length_and_mode_tiles(name, tile):
     _check(name, _cfg(name, **tile), problem, seed=1)
 
 
+@pytest.mark.parametrize("name", FAMILY)
+@pytest.mark.parametrize("intra", ["scan", "walk"])
+@pytest.mark.parametrize("shape", [(2, 1, 1), (1, 17, 1)], ids=["L1", "L17"])
+def test_one_step_and_a_one_step_last_chunk(name, intra, shape):
+    problem = _problem(*shape, resets=True, initial_state=True, final_state=True)
+    _check(name, _cfg(name, chunk=16, block_m=16, num_warps=2, intra=intra), problem, seed=8)
+
+
 @pytest.mark.parametrize("name,extra", [("hierarchical", dict(prefix_block=16)),
                                         ("grouped", dict(group=4)),
                                         ("grouped", dict(group=16)),
@@ -209,7 +217,8 @@ def test_prefix_kernels_against_a_loop(variant, has_init):
                                                        BLOCK_M=block_m)
     p = torch.complex(pq[0].double(), pq[1].double())
     q = torch.complex(pq[2].double(), pq[3].double())
-    z = torch.complex(*init).to(torch.complex128) if has_init else torch.zeros(B, M, dtype=torch.complex128)
+    z = torch.complex(*init).to(torch.complex128) if has_init else torch.zeros(
+        B, M, dtype=torch.complex128)
     want = []
     for c in range(nc):
         want.append(z)
@@ -238,11 +247,17 @@ def test_config_space_is_pruned_and_defaults_are_valid():
                             per_thread = cfg.chunk * cfg.block_m // (32 * cfg.num_warps)
                             assert 1 <= per_thread <= 8
                         else:
-                            assert 32 * cfg.num_warps <= max(64, cfg.block_m)
+                            assert 32 * cfg.num_warps <= max(128, 4 * cfg.block_m)
                         assert not (det and cfg.reduce == "atomic")
     big = ScanProblem(B=8, L=8192, M=1024)
     sizes = {name: len(registry.get(name).configs(big)) for name in FAMILY}
     assert sizes["chunk"] < sizes["hierarchical"] < sizes["grouped"], sizes
+    # coordinate descent (one field at a time) reaches the walk from every default
+    for name in FAMILY:
+        strat = registry.get(name)
+        for problem in (big, ScanProblem(B=2, L=100, M=20), ScanProblem(B=1, L=5, M=3)):
+            cfg = strat.default_config(problem)
+            assert strat.valid(problem, cfg.model_copy(update={"intra": "walk"})), (name, cfg)
     # grouped: at least two groups unless the row has few chunks
     few = ScanProblem(B=2, L=100, M=64)       # 4 chunks of 32 at most 7 of 16
     assert {c.group for c in registry.get("grouped").configs(few)} == {4}

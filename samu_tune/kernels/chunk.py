@@ -4,7 +4,9 @@ The sequence of row b is cut into chunks of CHUNK steps (in scan order: time ord
 reversed time order backward; see :mod:`samu_tune.kernels.tile`).  Each program owns one
 (row b, chunk c, mode tile) as a [CHUNK, BLOCK_M] tile and scans it with
 ``tl.associative_scan``; row r of the scanned tile is the affine map z -> P[r] z + Q[r] from
-the state entering the chunk to the state after row r.
+the state entering the chunk to the state after row r.  With ``WALK`` the program instead
+walks the chunk's steps on a [BLOCK_M] vector (:mod:`samu_tune.kernels.chunk_walk`); the
+stores are the same.
 
 - :func:`chunk_summary` stores the whole chunk's map (the last row, P, Q) into
   [B, n_chunks, M] fp32 buffers; a prefix (:mod:`samu_tune.kernels.prefix`) turns those into
@@ -48,7 +50,7 @@ def _scanned_tile(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, l
     """
     t, valid = tile_times(c * CHUNK, L, CHUNK, REVERSE)
     ar, ai = scan_transition(eta_ptr, delta_ptr, seg_ptr, row, t, valid, L, nu, cos_theta,
-                             sin_theta, HAS_RESETS, REVERSE)                       # [CHUNK, BLOCK_M]
+                             sin_theta, HAS_RESETS, REVERSE)           # [CHUNK, BLOCK_M]
     valid2 = valid[:, None] & mask[None, :]
     offs = (row + t)[:, None] * M + lane[None, :]
     ur = tl.load(x_r_ptr + offs, mask=valid2, other=0.0).to(tl.float32)
@@ -93,7 +95,7 @@ def chunk_summary(
             cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK)
         # the last row is the whole chunk (padding rows are identity); a masked 2-D store of
         # that row avoids a cross-warp reduction
-        last = (tl.arange(0, CHUNK) == CHUNK - 1)[:, None] & mask[None, :]           # [CHUNK, BLOCK_M]
+        last = (tl.arange(0, CHUNK) == CHUNK - 1)[:, None] & mask[None, :]  # [CHUNK, BLOCK_M]
         soff = tl.zeros([CHUNK, 1], tl.int64) + (bc * M + lane)[None, :]
         tl.store(p_r_ptr + soff, pr, mask=last)
         tl.store(p_i_ptr + soff, pi, mask=last)
@@ -112,7 +114,7 @@ def _tile_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr
     pr, pi, qr, qi, t, valid, valid2, offs = _scanned_tile(
         eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, lane, mask, nu,
         cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK)
-    sr, si = cmul(pr, pi, cr[None, :], ci[None, :])                                  # [CHUNK, BLOCK_M]
+    sr, si = cmul(pr, pi, cr[None, :], ci[None, :])                    # [CHUNK, BLOCK_M]
     sr += qr
     si += qi
     tl.store(y_r_ptr + offs, sr.to(y_r_ptr.dtype.element_ty), mask=valid2)
@@ -128,7 +130,7 @@ def _tile_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr
         hr = tl.load(h_r_ptr + prev, mask=has_prev, other=0.0).to(tl.float32)
         hi = tl.load(h_i_ptr + prev, mask=has_prev, other=0.0).to(tl.float32)
         if HAS_H0:
-            first = (t == 0)[:, None] & mask[None, :]                                # [CHUNK, BLOCK_M]
+            first = (t == 0)[:, None] & mask[None, :]                  # [CHUNK, BLOCK_M]
             state = tl.zeros([CHUNK, 1], tl.int64) + (b * M + lane)[None, :]
             h0r = tl.load(h0_r_ptr + b * M + lane, mask=mask, other=0.0).to(tl.float32)
             h0i = tl.load(h0_i_ptr + b * M + lane, mask=mask, other=0.0).to(tl.float32)
@@ -166,8 +168,8 @@ def chunk_replay(
     h_r_ptr, h_i_ptr,            # rev: saved forward out, read as h[t-1]  [B, L, M]
     h0_r_ptr, h0_i_ptr,          # rev: initial state (HAS_H0)  [B, M]
     gh0_r_ptr, gh0_i_ptr,        # rev: grad h0 (written, HAS_H0)  [B, M] f32
-    g_eta_ptr, g_delta_ptr,      # rev: grad eta, delta: partials [B, L, n_mblocks] or (ATOMIC) [B, L] f32
-    g_nu_ptr, g_theta_ptr,       # rev: grad nu_log, theta_log: partials [B, n_chunks, M] or (ATOMIC) [M] f32
+    g_eta_ptr, g_delta_ptr,      # rev: grad eta, delta  [B, L, n_mblocks] (ATOMIC: [B, L]) f32
+    g_nu_ptr, g_theta_ptr,       # rev: grad nu_log, theta_log  [B, n_chunks, M] (ATOMIC: [M]) f32
     L, M, n_chunks, n_mblocks,
     HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
     ATOMIC: tl.constexpr, WALK: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,

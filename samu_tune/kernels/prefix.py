@@ -46,7 +46,7 @@ def _block(p_r_ptr, p_i_ptr, q_r_ptr, q_i_ptr, base, c0, stop, M, lane, mask,
     identity): (Pr, Pi, Qr, Qi, cs, offs), [BLOCK_C, BLOCK_M] each, cs [BLOCK_C].  ``base`` is
     the row's first summary index (int64)."""
     cs = c0 + tl.arange(0, BLOCK_C)                                                   # [BLOCK_C]
-    inside = (cs < stop)[:, None] & mask[None, :]                                     # [BLOCK_C, BLOCK_M]
+    inside = (cs < stop)[:, None] & mask[None, :]                     # [BLOCK_C, BLOCK_M]
     offs = (base + cs)[:, None] * M + lane[None, :]
     pr = tl.load(p_r_ptr + offs, mask=inside, other=1.0)
     pi = tl.load(p_i_ptr + offs, mask=inside, other=0.0)
@@ -64,7 +64,7 @@ def _expand(carry_r_ptr, carry_i_ptr, pr, pi, qr, qi, cs, offs, stop, M, mask, z
     carry[c0] = z, carry[c + 1] = P[c] z + Q[c] inside the block (the carry after its last
     chunk belongs to whoever holds the next block).
     """
-    hr = pr * zr[None, :] - pi * zi[None, :] + qr                                      # [BLOCK_C, BLOCK_M]
+    hr = pr * zr[None, :] - pi * zi[None, :] + qr                     # [BLOCK_C, BLOCK_M]
     hi = pr * zi[None, :] + pi * zr[None, :] + qi
     rows = tl.arange(0, BLOCK_C)
     nxt = ((rows < BLOCK_C - 1) & (cs + 1 < stop))[:, None] & mask[None, :]
@@ -144,9 +144,9 @@ def prefix_blocked(
 @triton.jit(do_not_specialize=["M", "n_chunks", "n_groups"])
 def group_scan(
     p_r_ptr, p_i_ptr, q_r_ptr, q_i_ptr,       # chunk maps  [B, n_chunks, M] f32
-    gp_r_ptr, gp_i_ptr, gq_r_ptr, gq_i_ptr,   # group maps (written unless EXPAND)  [B, n_groups, M] f32
+    gp_r_ptr, gp_i_ptr, gq_r_ptr, gq_i_ptr,   # group maps (written if not EXPAND)  [B, ng, M] f32
     gc_r_ptr, gc_i_ptr,                       # carry into each group (EXPAND)  [B, n_groups, M] f32
-    carry_r_ptr, carry_i_ptr,                 # carry into each chunk (written if EXPAND)  [B, n_chunks, M] f32
+    carry_r_ptr, carry_i_ptr,                 # carry into each chunk (if EXPAND)  [B, nc, M] f32
     M, n_chunks, n_groups,
     EXPAND: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr,
 ):

@@ -23,7 +23,8 @@ from typing import Literal, Optional
 import torch
 import triton
 
-from ..kernels import chunk as chunk_kernels, chunk_walk, complex_math, prefix as prefix_kernels, tile
+from ..kernels import chunk as chunk_kernels, chunk_walk, complex_math, tile
+from ..kernels import prefix as prefix_kernels
 from ..problem import ScanProblem
 from ..tensors import ScanInputs, ScanOutput
 from . import _alloc
@@ -53,7 +54,9 @@ def valid_common(problem: ScanProblem, cfg) -> bool:
         per_thread = cfg.chunk * cfg.block_m // (32 * cfg.num_warps)
         if not 1 <= per_thread <= _MAX_PER_THREAD:
             return False
-    elif 32 * cfg.num_warps > max(cfg.block_m, 64):   # a walk holds only a [BLOCK_M] vector
+    elif 32 * cfg.num_warps > max(4 * cfg.block_m, 128):
+        # a walk holds only a [BLOCK_M] vector; up to 4 threads per mode are allowed so that
+        # coordinate descent can switch ``intra`` from any default without changing warps
         return False
     if cfg.reduce == "atomic" and (problem.deterministic or not problem.backward):
         return False
