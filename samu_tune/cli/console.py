@@ -38,3 +38,19 @@ def err() -> Console:
 
 def error(message: str) -> None:
     print(f"samu-tune: error: {message}", file=sys.stderr)
+
+
+def print_table(console: Console, table) -> None:
+    """Print ``table`` at its natural width even when the terminal is narrower: rich would
+    otherwise drop or ellipsize columns (a long line wrapping in the terminal loses nothing)."""
+    import io
+
+    probe = Console(width=1000, file=io.StringIO(), color_system=None)
+    with probe.capture() as captured:
+        probe.print(table)
+    # +2: the trailing cell padding that rstrip() removed
+    need = max((len(line.rstrip()) for line in captured.get().splitlines()), default=0) + 2
+    if need > console.width:  # print(width=) cannot exceed the console's width: a wider one
+        console = Console(file=console.file, width=need, highlight=False,
+                          force_terminal=console.is_terminal, color_system=console.color_system)
+    console.print(table, crop=False)

@@ -168,9 +168,8 @@ def run(args: argparse.Namespace) -> int:
     note = console.err() if args.json else out
     if device == "cpu":
         why = "No CUDA GPU found" if args.device == "auto" else "--device cpu"
-        note.print(f"{why}: profiling {len(problems)} problem(s) of "
-                   f"{args.shapes} on the CPU. Times are CPU wall times (labelled as such), "
-                   f"stored under the signature '{sig}', never in a GPU's table.")
+        note.print(f"{why}: profiling {len(problems)} problem(s) of {args.shapes} on the CPU "
+                   f"(CPU wall times, stored as '{sig}', never in a GPU's table).")
         if not settings().interpret:
             note.print("TRITON_INTERPRET is not set: only the torch reference runs on the CPU; "
                        "set TRITON_INTERPRET=1 to include the Triton strategies.")
@@ -209,7 +208,8 @@ def run(args: argparse.Namespace) -> int:
             results=[r.model_dump(mode="json") for r in rows]), indent=1))
     else:
         for table in render.profile_tables(rows, sig, cpu=device == "cpu", bandwidth=bw):
-            out.print(table)
+            console.print_table(out, table)
+        out.print(render.LEGEND)
         for line in render.failure_lines(rows):
             out.print(line)
         tuned = sum(r.source == "tuned" for r in rows)

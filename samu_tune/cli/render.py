@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
+from rich import box
 from rich.table import Table
 
 from ..cache import EntryStatus
@@ -11,6 +12,11 @@ if TYPE_CHECKING:
     from ..dispatch import Explanation
     from ..registry import Strategy
     from .profile import ProfileRow
+
+
+def _table(**kw) -> Table:
+    """Light borders: more room for the cells on narrow terminals."""
+    return Table(box=box.SIMPLE_HEAD, pad_edge=False, **kw)
 
 
 def ms(t: Optional[float]) -> str:
@@ -40,27 +46,28 @@ def profile_tables(rows: Sequence["ProfileRow"], signature: str, *, cpu: bool,
         else:
             bw = f"{bandwidth / 1e12:.2f} TB/s" if bandwidth else "n/a"
             title = f"{mode} on {signature} (copy bandwidth {bw})"
-        t = Table(title=title, title_justify="left")
-        t.add_column("shape")
-        t.add_column("winner")
+        t = _table(title=title, title_justify="left")
+        # shape keys, names and numbers never wrap: config gives way on narrow terminals
+        t.add_column("shape", no_wrap=True)
+        t.add_column("winner", no_wrap=True)
         t.add_column("config")
-        t.add_column("CPU ms" if cpu else "ms", justify="right")
-        t.add_column("% copy bw", justify="right")
-        t.add_column("vs runner-up", justify="right")
-        t.add_column("vs rule default", justify="right")
-        t.add_column("failed", justify="right")
-        t.add_column("source")
+        t.add_column("CPU ms" if cpu else "ms", justify="right", no_wrap=True)
+        t.add_column("%bw", justify="right", no_wrap=True)
+        t.add_column("vs 2nd", justify="right", min_width=8)
+        t.add_column("vs rule", justify="right", min_width=8)
+        t.add_column("failed", justify="right", no_wrap=True)
+        t.add_column("source", no_wrap=True)
         for r in chosen:
             pct = "n/a" if r.copy_bw_fraction is None else f"{100 * r.copy_bw_fraction:.0f}%"
             up = times(r.speedup_vs_runner_up)
-            if r.runner_up:
-                up += f" ({r.runner_up.split('[')[0]})"
+            if r.runner_up and r.speedup_vs_runner_up is not None:
+                up += f"\n{r.runner_up.split('[')[0]}"
             if r.rule_default and r.winner == r.rule_default:
                 rule = "is default"
             else:
                 rule = times(r.speedup_vs_rule_default)
-                if r.rule_default:
-                    rule += f" ({r.rule_default.split('[')[0]})"
+                if r.rule_default and r.speedup_vs_rule_default is not None:
+                    rule += f"\n{r.rule_default.split('[')[0]}"
             failed = "-" if r.failed is None else str(r.failed)
             if r.skipped:
                 failed += f" (+{r.skipped} skipped)"
@@ -68,6 +75,11 @@ def profile_tables(rows: Sequence["ProfileRow"], signature: str, *, cpu: bool,
                       ms(r.time_ms), pct, up, rule, failed, r.source)
         tables.append(t)
     return tables
+
+
+LEGEND = ("%bw: share of the measured copy bandwidth (forward moves 4 arrays of [B, L, M], "
+          "train about 10); vs 2nd / vs rule: the runner-up's / the rule-based default's time "
+          "over the winner's.")
 
 
 def failure_lines(rows: Iterable["ProfileRow"], limit: int = 10) -> list[str]:
@@ -92,20 +104,28 @@ def _escape(text: str) -> str:
 
 
 def cache_table(statuses: Sequence[EntryStatus], title: str) -> Table:
-    t = Table(title=title, title_justify="left")
-    for col in ("device", "shape", "winner", "config"):
-        t.add_column(col)
-    t.add_column("ms", justify="right")
-    t.add_column("vs runner-up", justify="right")
-    for col in ("served", "measured"):
-        t.add_column(col)
+    """Cached (or shipped) winners; a device column only when they span several devices."""
+    several = len({s.signature for s in statuses}) > 1
+    if not several and statuses:
+        title += f" for {statuses[0].signature}"
+    t = _table(title=title, title_justify="left")
+    if several:
+        t.add_column("device", no_wrap=True)
+    t.add_column("shape", no_wrap=True)
+    t.add_column("winner", no_wrap=True)
+    t.add_column("config")
+    t.add_column("ms", justify="right", no_wrap=True)
+    t.add_column("vs 2nd", justify="right", no_wrap=True)
+    t.add_column("served")
+    t.add_column("measured", no_wrap=True)
     for s in statuses:
         e = s.entry
-        unit = " (CPU)" if e.cpu_wall_time else ""
+        unit = " CPU" if e.cpu_wall_time else ""
         margin = times(None if e.margin is None else 1 + e.margin)
         served = "yes" if s.served else f"no: {s.reason}"
-        t.add_row(s.signature, e.key, e.strategy, config_text(e.config), ms(e.time_ms) + unit,
-                  margin, _escape(served), e.measured_at[:19])
+        row = [e.key, e.strategy, config_text(e.config), ms(e.time_ms) + unit, margin,
+               _escape(served), e.measured_at[:10]]
+        t.add_row(*([s.signature] if several else []), *row)
     return t
 
 
@@ -127,7 +147,7 @@ def capability_text(s: "Strategy") -> str:
 
 
 def strategies_table(strategies: Sequence["Strategy"]) -> Table:
-    t = Table(title="registered strategies (highest priority first)", title_justify="left")
+    t = _table(title="registered strategies (highest priority first)", title_justify="left")
     t.add_column("name")
     t.add_column("description")
     t.add_column("capability")
@@ -141,7 +161,7 @@ def strategies_table(strategies: Sequence["Strategy"]) -> Table:
 
 
 def explain_table(ex: "Explanation") -> Table:
-    t = Table(title=f"strategies for {ex.problem.key()} on {ex.signature}", title_justify="left")
+    t = _table(title=f"strategies for {ex.problem.key()} on {ex.signature}", title_justify="left")
     t.add_column("strategy")
     t.add_column("eligible")
     t.add_column("reasons / default config")

@@ -46,7 +46,7 @@ def print_defaults(out: Console, shape: Optional[str] = None, mode: Optional[str
     if not statuses:
         out.print(f"No shipped entries match (tables for: {', '.join(sigs)}).")
         return 0
-    out.print(render.cache_table(statuses, f"shipped tables ({cache.DEFAULTS_DIR})"))
+    console.print_table(out, render.cache_table(statuses, f"shipped tables ({cache.DEFAULTS_DIR})"))
     return len(statuses)
 
 
@@ -76,5 +76,5 @@ def run(args: argparse.Namespace) -> int:
                   f"{where}." + (f" Cache files exist for: {', '.join(have)} (--device SIG or "
                                  f"--all)." if have else " Run samu-tune profile first."))
         return 0
-    out.print(render.cache_table(statuses, f"cached winners ({where})"))
+    console.print_table(out, render.cache_table(statuses, f"cached winners ({where})"))
     return 0
