@@ -269,3 +269,28 @@ def test_cpu_timings_never_enter_a_gpu_table(cache_dir, tmp_path):
     with pytest.raises(ValueError, match="CPU wall time"):
         cache.import_(exported, signature="NVIDIA-H200-sm90-132sm")
     assert not (cache_dir / "NVIDIA-H200-sm90-132sm.json").exists()
+
+
+def test_copy_bandwidth_fraction():
+    from samu_tune.cli import bandwidth
+    p = cache.ScanProblem(B=8, L=4096, M=512, dtype="bfloat16", backward=False)
+    assert bandwidth.moved_bytes(p) == 4 * 8 * 4096 * 512 * 2
+    assert bandwidth.moved_bytes(p.model_copy(update={"backward": True})) == 10 * 8 * 4096 * 512 * 2
+    t_copy = bandwidth.moved_bytes(p) / 4e12 * 1e3                # ms at 4 TB/s
+    assert bandwidth.fraction(p, 2 * t_copy, 4e12) == pytest.approx(0.5)
+    assert bandwidth.fraction(p, 1.0, None) is None and bandwidth.fraction(p, None, 4e12) is None
+
+
+@pytest.mark.gpu
+def test_profile_on_gpu_reports_bandwidth(cache_dir, tmp_path, capsys):
+    f = shapes_file(tmp_path, "- {B: 2, L: 1024, M: 256, dtype: bfloat16, mode: forward}\n")
+    status, out, err = run(capsys, "profile", "--shapes", f, "--quick", "--json")
+    assert status == 0, err
+    data = json.loads(out)
+    assert data["cpu_timings"] is False and not data["signature"].startswith("cpu")
+    assert data["copy_bandwidth_bytes_per_s"] > 1e11
+    row = data["results"][0]
+    assert row["source"] == "tuned" and 0 < row["copy_bw_fraction"] < 2
+    assert (cache_dir / f"{data['signature']}.json").exists()
+    status, out, _ = run(capsys, "profile", "--shapes", f, "--quick")
+    assert status == 0 and "copy bandwidth" in out and "cached" in out
