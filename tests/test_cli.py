@@ -19,6 +19,12 @@ from _fakes import clock, env, fake  # noqa: F401  (fixtures)
 SIG = "cpu-interpreter"
 
 
+@pytest.fixture(autouse=True)
+def wide(monkeypatch):
+    """Tests read cell contents: a wide console, whatever the runner's COLUMNS."""
+    monkeypatch.setenv("COLUMNS", "200")
+
+
 @pytest.fixture
 def cache_dir(monkeypatch, tmp_path):
     """A private cache (real registry) and no shipped tables."""

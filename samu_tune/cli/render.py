@@ -148,7 +148,7 @@ def capability_text(s: "Strategy") -> str:
 
 def strategies_table(strategies: Sequence["Strategy"]) -> Table:
     t = _table(title="registered strategies (highest priority first)", title_justify="left")
-    t.add_column("name")
+    t.add_column("name", no_wrap=True)
     t.add_column("description")
     t.add_column("capability")
     t.add_column("configs", justify="right")
@@ -162,8 +162,8 @@ def strategies_table(strategies: Sequence["Strategy"]) -> Table:
 
 def explain_table(ex: "Explanation") -> Table:
     t = _table(title=f"strategies for {ex.problem.key()} on {ex.signature}", title_justify="left")
-    t.add_column("strategy")
-    t.add_column("eligible")
+    t.add_column("strategy", no_wrap=True)
+    t.add_column("eligible", no_wrap=True)
     t.add_column("reasons / default config")
     t.add_column("configs", justify="right")
     t.add_column("priority", justify="right")
