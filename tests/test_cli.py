@@ -300,3 +300,20 @@ def test_profile_on_gpu_reports_bandwidth(cache_dir, tmp_path, capsys):
     assert (cache_dir / f"{data['signature']}.json").exists()
     status, out, _ = run(capsys, "profile", "--shapes", f, "--quick")
     assert status == 0 and "copy bandwidth" in out and "cached" in out
+
+
+def test_profile_without_interpreter_reruns_under_it(tmp_path):
+    """Triton picks the interpreter when kernels are defined: profile re-runs itself with
+    TRITON_INTERPRET=1 when no GPU is found and the variable is unset."""
+    import os
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["SAMU_TUNE_CACHE_DIR"] = str(tmp_path / "cache")
+    f = shapes_file(tmp_path, "- {B: 1, L: 4, M: 2, dtype: float32, mode: forward}\n")
+    res = subprocess.run([sys.executable, "-m", "samu_tune.cli", "profile", "--shapes", f,
+                          "--json", "--strategies", "serial", "--max-configs", "1"],
+                         capture_output=True, text=True, env=env, cwd=Path(__file__).parents[1])
+    assert res.returncode == 0, res.stderr
+    assert "TRITON_INTERPRET=1" in res.stderr
+    data = json.loads(res.stdout)
+    assert data["device"]["interpret"] is True and data["signature"] == SIG
+    assert data["results"][0]["strategy"] == "serial"

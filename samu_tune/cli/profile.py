@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 import time
 from typing import Any, Optional
 
@@ -157,10 +160,25 @@ def _summary(row: ProfileRow) -> str:
     return f"{row.winner} {row.time_ms:.4g} ms ({where})"
 
 
+def _rerun_interpreted(args: argparse.Namespace) -> int:
+    """Run this same command again with ``TRITON_INTERPRET=1``: Triton reads it when the
+    kernels are defined (at import), so this process cannot switch to the interpreter."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return subprocess.call([sys.executable, "-m", "samu_tune.cli", *args.argv], env=env)
+
+
 def run(args: argparse.Namespace) -> int:
     shapes = load_shapes(args.shapes)
     names = _strategies(args.strategies)
     device = _device(args.device)
+    if (device == "cpu" and not settings().interpret and "TRITON_INTERPRET" not in os.environ
+            and getattr(args, "argv", None) is not None):
+        note = console.err() if args.json else console.out()
+        note.print("No CUDA GPU found: re-running with TRITON_INTERPRET=1 so the Triton "
+                   "strategies run on the CPU interpreter (TRITON_INTERPRET=0: torch only).")
+        return _rerun_interpreted(args)
     problems = _problems(shapes, device, args.mode)
     dev = device_info("cuda" if device == "cuda" else "cpu")
     sig = dev.signature()
@@ -171,14 +189,13 @@ def run(args: argparse.Namespace) -> int:
         note.print(f"{why}: profiling {len(problems)} problem(s) of {args.shapes} on the CPU "
                    f"(CPU wall times, stored as '{sig}', never in a GPU's table).")
         if not settings().interpret:
-            note.print("TRITON_INTERPRET is not set: only the torch reference runs on the CPU; "
-                       "set TRITON_INTERPRET=1 to include the Triton strategies.")
+            note.print("TRITON_INTERPRET is off: only the torch reference runs on the CPU.")
     max_configs = args.max_configs
     reps = None
     if args.quick:
         max_configs = min(max_configs or QUICK_MAX_CONFIGS, QUICK_MAX_CONFIGS)
         reps = QUICK_REPS
-    bw = bandwidth.copy_bandwidth(dev_index()) if device == "cuda" else None
+    bw = bandwidth.copy_bandwidth(torch.cuda.current_device()) if device == "cuda" else None
 
     rows: list[ProfileRow] = []
     t0 = time.monotonic()
@@ -225,7 +242,3 @@ def run(args: argparse.Namespace) -> int:
             from . import show
             show.print_defaults(out)
     return 0 if all(r.time_ms is not None for r in rows) else 1
-
-
-def dev_index() -> int:
-    return torch.cuda.current_device()
