@@ -59,8 +59,8 @@ def _profile_parser(sub) -> None:
     p.add_argument("--max-configs", type=_positive_int, metavar="N",
                    help="per shape: evaluate at most N candidates")
     p.add_argument("--quick", action="store_true",
-                   help=f"smoke run: at most {profile.QUICK_MAX_CONFIGS} candidates per shape, "
-                        f"{profile.QUICK_REPS} timing samples each")
+                   help=f"smoke run: at most {profile.QUICK_MAX_CONFIGS} candidates per shape "
+                        f"({profile.QUICK_REPS} timing samples each on the CPU)")
     p.add_argument("--force", action="store_true", help="re-tune shapes already in the cache")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                    help="where to run (default: cuda if available, else cpu)")
@@ -76,7 +76,8 @@ def _show_parser(sub) -> None:
     from . import show
     p = sub.add_parser("show", help="table of cached winners (or the shipped tables)")
     p.add_argument("--device", metavar="SIGNATURE",
-                   help="a device signature, e.g. NVIDIA-H200-sm90-132sm (default: this device)")
+                   help="a device signature, e.g. NVIDIA-H200-sm90-132sm (default: this GPU; "
+                        "every device without one)")
     p.add_argument("--all", action="store_true", help="every device with a cache file")
     p.add_argument("--shape", metavar="TEXT", help="only keys containing TEXT, e.g. B8-L4096")
     p.add_argument("--mode", choices=("forward", "train"), help="only this mode")

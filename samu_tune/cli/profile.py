@@ -177,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
             and getattr(args, "argv", None) is not None):
         note = console.err() if args.json else console.out()
         note.print("No CUDA GPU found: re-running with TRITON_INTERPRET=1 so the Triton "
-                   "strategies run on the CPU interpreter (TRITON_INTERPRET=0: torch only).")
+                   "strategies run on the CPU interpreter (TRITON_INTERPRET=0: torch only).",
+                   markup=False)
         return _rerun_interpreted(args)
     problems = _problems(shapes, device, args.mode)
     dev = device_info("cuda" if device == "cuda" else "cpu")
@@ -187,14 +188,14 @@ def run(args: argparse.Namespace) -> int:
     if device == "cpu":
         why = "No CUDA GPU found" if args.device == "auto" else "--device cpu"
         note.print(f"{why}: profiling {len(problems)} problem(s) of {args.shapes} on the CPU "
-                   f"(CPU wall times, stored as '{sig}', never in a GPU's table).")
+                   f"(CPU wall times, stored as '{sig}', never in a GPU's table).", markup=False)
         if not settings().interpret:
             note.print("TRITON_INTERPRET is off: only the torch reference runs on the CPU.")
     max_configs = args.max_configs
     reps = None
     if args.quick:
         max_configs = min(max_configs or QUICK_MAX_CONFIGS, QUICK_MAX_CONFIGS)
-        reps = QUICK_REPS
+        reps = QUICK_REPS if device == "cpu" else None   # GPU samples are cheap
     bw = bandwidth.copy_bandwidth(torch.cuda.current_device()) if device == "cuda" else None
 
     rows: list[ProfileRow] = []
@@ -234,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
         out.print(f"{tuned} tuned, {cached} from the cache"
                   + ("" if args.force or not cached else " (--force re-tunes them)")
                   + f", {len(rows) - tuned - cached} without a winner in {elapsed:.1f} s; "
-                  f"winners stored in {cache.path(sig)}")
+                  f"winners stored in {cache.path(sig)}", markup=False)
         if device == "cpu":
             out.print("CPU wall times measure the Triton interpreter (kernels run in Python), "
                       "not GPU speed: the torch reference usually wins here.")

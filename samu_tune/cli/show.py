@@ -59,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             print_defaults(out, args.shape, args.mode, args.device)
         return 0
-    if args.all:
+    import torch
+    if args.all or (args.device is None and not torch.cuda.is_available()):
         statuses = cache.entries(all_devices=True)
         where = f"all devices in {cache.cache_dir()}"
     else:
@@ -74,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
         have = cache.signatures()
         out.print(f"No cached winners{' matching' if args.shape or args.mode else ''} in "
                   f"{where}." + (f" Cache files exist for: {', '.join(have)} (--device SIG or "
-                                 f"--all)." if have else " Run samu-tune profile first."))
+                                 f"--all)." if have else " Run samu-tune profile first."),
+                  markup=False)
         return 0
     console.print_table(out, render.cache_table(statuses, f"cached winners ({where})"))
     return 0
