@@ -156,7 +156,7 @@ def _summary(row: ProfileRow) -> str:
     if row.time_ms is None:
         return f"no winner ({row.failed} failed)"
     where = "from the cache" if row.source == "cached" else \
-        f"{row.evaluated} candidates, {row.failed} failed, {row.elapsed_s:.1f} s"
+        f"{row.evaluated} candidate(s), {row.failed} failed, {row.elapsed_s:.1f} s"
     return f"{row.winner} {row.time_ms:.4g} ms ({where})"
 
 
