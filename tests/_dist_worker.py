@@ -1,7 +1,7 @@
 """One rank of the distributed dispatch test (run as a script by tests/test_dispatch.py).
 
 Each rank has its own cache dir: rank 0's holds an exact entry choosing ``fake_b``; rank 1's
-is empty, so on its own it would take the rule choice ``fake_a`` (higher priority).  With the
+is empty, so on its own it would take the rule choice ``fake_a`` (the highest priority).  With the
 broadcast, both must run ``fake_b``.
 """
 import json
@@ -28,7 +28,7 @@ def main(rank: int, world: int, init_file: str, root: str) -> None:
             return reference.run(inputs, cfg)
         return Strategy(name=name, description=name, run=run, priority=priority,
                         capability=Capability(devices=frozenset({"cpu", "cuda"}), triton=False))
-    registry.register(make("fake_a", 10))
+    registry.register(make("fake_a", 1000))
     registry.register(make("fake_b", 0))
     problem = ScanProblem(B=2, L=5, M=3, dtype="float32", device="cpu", backward=False)
     if rank == 0:

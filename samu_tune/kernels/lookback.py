@@ -1,0 +1,241 @@
+"""Single-pass scan with decoupled look-back: every input read once, every output written once.
+
+One program per (batch row b, mode tile, time chunk); B * n_mtiles * n_chunks programs.  A
+program takes a ticket from a global counter (``sync[0]``) and maps it to its work with the
+chunk as the slowest index: chunks are started in order, so a program only ever waits on
+programs that already run, whatever order the hardware schedules them in.
+
+Per program ([CHUNK, BLOCK_M] tile, the transition evaluated in registers):
+
+1. (P[r], Q[r]) = composition of rows 0..r of z -> A z + u (``tile_scan``); the chunk's
+   aggregate is the last row (padding rows are the identity).
+2. Publish the aggregate with status 1 (which chunks do: below).
+3. Look back over predecessor chunks of the same (b, mode tile): spin while a predecessor's
+   status is 0; status 2 (its inclusive prefix, the state after it) ends the walk, status 1
+   (its aggregate) is composed in and the walk continues one chunk further back.  Chunk 0
+   starts from ``init``.
+4. Publish the inclusive prefix P[last] carry + Q[last] with status 2 (which chunks do: below).
+5. Replay: state[r] = P[r] carry + Q[r] for every row, stored in the output dtype.
+
+Who publishes what, with ``window`` W (a runtime value):
+
+- DECOUPLED (W = 1 in production): every chunk c > 0 publishes its aggregate before looking
+  back, and chunks with c % W == 0 their inclusive prefix after.  How far back a walk goes
+  depends on timing, so the combination order, and the last bits of the result, vary.
+- chained (not DECOUPLED): chunks with c % W == 0 publish only their inclusive prefix, the
+  others only their aggregate.  A walk from c therefore always composes the aggregates of
+  c-1 .. j+1 and ends at the inclusive prefix of j = the multiple of W below c: one fixed
+  combination order, bitwise deterministic.  W = 1 waits for the immediate predecessor's
+  prefix (a chain of n_chunks hops); larger W makes the dependent chain W times shorter.
+
+Tests raise W in decoupled mode to drive the aggregate path under the interpreter, where
+programs run one after the other and a predecessor is always complete.
+
+Forward (REVERSE=False): h[t] = A[t] h[t-1] + (br + i bi)[t], init = h0 or 0; out = h; the
+last chunk writes the final state (fp32).
+
+Backward (REVERSE=True), time walked from L-1 down (``tile_times``):
+g[t] = conj(A[t+1]) g[t+1] + dout[t], init = d final state; grad b = g;
+dL/dA[t] = g[t] conj(h[t-1]) with h[t-1] read from the saved outputs (h0 or 0 at t = 0);
+grad h0 = conj(A[0]) g[0]; control partials [B, L, n_mtiles], spectrum partials
+[B, n_chunks, M] (fp32), reduced by the caller with torch.
+
+Memory ordering: payloads are stored by every thread, then a CTA barrier, then one release
+atomic sets the status (the release is cumulative over the writes the barrier ordered before
+it).  Readers poll with an acquire atomic (its scalar result is broadcast through shared
+memory behind a barrier) and read payloads with volatile loads (not served from L1).
+"""
+import triton
+import triton.language as tl
+
+from .complex_math import cmul, cmul_conj
+from .tile import load_transition, scan_transition, tile_scan, tile_times, transition_gradients
+
+# payload rows per slot: aggregate (Pr, Pi, Qr, Qi), then inclusive prefix (r, i)
+SLOT_ROWS = tl.constexpr(6)
+
+
+@triton.jit
+def _last_row(x, is_last):
+    """Row ``is_last`` of a [CHUNK, BLOCK_M] tile as [BLOCK_M]."""
+    return tl.sum(tl.where(is_last[:, None], x, 0.0), axis=0)
+
+
+@triton.jit
+def _publish(flag_ptr, status):
+    """Set a status after this program's payload stores (all threads) are visible GPU-wide."""
+    tl.debug_barrier()
+    tl.atomic_xchg(flag_ptr, status, sem="release")
+
+
+@triton.jit
+def _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, BLOCK_M: tl.constexpr):
+    """The state entering chunk ``c`` ([BLOCK_M] pair): walk predecessors slot-1, slot-2, ...
+
+    E = (ea, eb) composes the aggregates of chunks j+1 .. c-1 already passed, so the carry is
+    ea * s_j + eb once the inclusive prefix s_j of chunk j is found.
+    """
+    ea_r = tl.full((BLOCK_M,), 1.0, tl.float32)
+    ea_i = tl.zeros((BLOCK_M,), tl.float32)
+    eb_r = tl.zeros((BLOCK_M,), tl.float32)
+    eb_i = tl.zeros((BLOCK_M,), tl.float32)
+    carry_r = init_r
+    carry_i = init_i
+    j = c - 1
+    while j >= 0:
+        pred = slot - (c - j)
+        status = tl.atomic_add(sync_ptr + 1 + pred, 0, sem="acquire")
+        base = carry_ptr + pred.to(tl.int64) * (SLOT_ROWS * BLOCK_M) + lane_t
+        if status == 2:
+            sr = tl.load(base + 4 * BLOCK_M, volatile=True)
+            si = tl.load(base + 5 * BLOCK_M, volatile=True)
+            carry_r, carry_i = cmul(ea_r, ea_i, sr, si)
+            carry_r += eb_r
+            carry_i += eb_i
+            j = c - c - 1
+        elif status == 1:
+            pr = tl.load(base, volatile=True)
+            pi = tl.load(base + BLOCK_M, volatile=True)
+            qr = tl.load(base + 2 * BLOCK_M, volatile=True)
+            qi = tl.load(base + 3 * BLOCK_M, volatile=True)
+            # E := E o (P, Q): the predecessor's map applies first
+            br_, bi_ = cmul(ea_r, ea_i, qr, qi)
+            eb_r += br_
+            eb_i += bi_
+            ea_r, ea_i = cmul(ea_r, ea_i, pr, pi)
+            j = j - 1
+    return carry_r, carry_i
+
+
+@triton.jit(do_not_specialize=["B", "L", "M", "n_mtiles", "n_chunks", "window"])
+def lookback_scan(
+    sync_ptr,                    # [1 + n_slots] int32, zeroed: ticket counter, then statuses
+    carry_ptr,                   # [n_slots, SLOT_ROWS, BLOCK_M] f32 published summaries
+    eta_ptr, delta_ptr,          # [B, L] controls (f32 / bf16)
+    nu_log_ptr, theta_log_ptr,   # [M] spectrum (f32)
+    seg_ptr,                     # [B, L] int segment positions (HAS_RESETS)
+    x_r_ptr, x_i_ptr,            # fwd: br, bi          rev: d out        [B, L, M]
+    h0_r_ptr, h0_i_ptr,          # [B, M] initial state (HAS_H0)
+    y_r_ptr, y_i_ptr,            # fwd: out (written)   rev: out (read as h[t-1])  [B, L, M]
+    end_r_ptr, end_i_ptr,        # fwd: final state (written)  rev: its gradient (read)  [B, M] f32
+    gx_r_ptr, gx_i_ptr,          # rev: grad br, bi (written)  [B, L, M]
+    gh0_r_ptr, gh0_i_ptr,        # rev: grad h0 (written, HAS_H0)  [B, M] f32
+    p_eta_ptr, p_delta_ptr,      # rev: partial grad eta, delta  [B, L, n_mtiles] f32
+    p_nu_ptr, p_theta_ptr,       # rev: partial grad nu_log, theta_log  [B, n_chunks, M] f32
+    B, L, M, n_mtiles, n_chunks, window,
+    HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
+    DECOUPLED: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    """Grid: (B * n_mtiles * n_chunks,); the program id is ignored in favour of the ticket."""
+    ticket = tl.atomic_add(sync_ptr, 1)
+    per_chunk = B * n_mtiles
+    c = ticket // per_chunk                  # chunk, in scan order (reversed time if REVERSE)
+    rest = ticket % per_chunk
+    b = rest // n_mtiles
+    mt = rest % n_mtiles
+    slot = (b * n_mtiles + mt) * n_chunks + c
+
+    lane_t = tl.arange(0, BLOCK_M)                                               # [BLOCK_M]
+    lane = mt * BLOCK_M + lane_t
+    lane_ok = lane < M
+    nu = tl.exp(tl.load(nu_log_ptr + lane, mask=lane_ok, other=0.0).to(tl.float32))
+    theta = tl.exp(tl.load(theta_log_ptr + lane, mask=lane_ok, other=0.0).to(tl.float32))
+    cos_theta, sin_theta = tl.cos(theta), tl.sin(theta)
+
+    b64 = b.to(tl.int64)
+    row_base = b64 * L                        # int64: B L M may exceed 2^31
+    state_off = b64 * M + lane                # [BLOCK_M] into [B, M] buffers
+    t, valid = tile_times(c * CHUNK, L, CHUNK, REVERSE)                          # [CHUNK]
+    tok = row_base + t                                                           # [CHUNK]
+    off = tok[:, None] * M + lane[None, :]                                       # [CHUNK, BLOCK_M]
+    mask = valid[:, None] & lane_ok[None, :]
+
+    # 1. the chunk's own scan from a zero carry
+    ar, ai = scan_transition(eta_ptr, delta_ptr, seg_ptr, row_base, t, valid, L, nu, cos_theta,
+                             sin_theta, HAS_RESETS, REVERSE)                     # [CHUNK, BLOCK_M]
+    ur = tl.load(x_r_ptr + off, mask=mask, other=0.0).to(tl.float32)
+    ui = tl.load(x_i_ptr + off, mask=mask, other=0.0).to(tl.float32)
+    pr, pi, qr, qi = tile_scan(ar, ai, ur, ui)                                   # [CHUNK, BLOCK_M]
+    is_last = tl.arange(0, CHUNK) == CHUNK - 1
+    agg_pr = _last_row(pr, is_last)                                              # [BLOCK_M]
+    agg_pi = _last_row(pi, is_last)
+    agg_qr = _last_row(qr, is_last)
+    agg_qi = _last_row(qi, is_last)
+
+    flag_ptr = sync_ptr + 1 + slot
+    base = carry_ptr + slot.to(tl.int64) * (SLOT_ROWS * BLOCK_M) + lane_t
+    if DECOUPLED:
+        publish_aggregate = c > 0
+    else:
+        publish_aggregate = c % window != 0
+    if publish_aggregate:
+        tl.store(base, agg_pr)
+        tl.store(base + BLOCK_M, agg_pi)
+        tl.store(base + 2 * BLOCK_M, agg_qr)
+        tl.store(base + 3 * BLOCK_M, agg_qi)
+        _publish(flag_ptr, 1)
+
+    # 2. the state entering the chunk: init for chunk 0, else looked back
+    # per-lane masks from tensors (the interpreter rejects a tensor & scalar-bool mask)
+    c_lanes = tl.zeros((BLOCK_M,), tl.int32) + c                                 # [BLOCK_M]
+    first = lane_ok & (c_lanes == 0)
+    if REVERSE:
+        init_r = tl.load(end_r_ptr + state_off, mask=first, other=0.0).to(tl.float32)
+        init_i = tl.load(end_i_ptr + state_off, mask=first, other=0.0).to(tl.float32)
+    else:
+        if HAS_H0:
+            init_r = tl.load(h0_r_ptr + state_off, mask=first, other=0.0).to(tl.float32)
+            init_i = tl.load(h0_i_ptr + state_off, mask=first, other=0.0).to(tl.float32)
+        else:
+            init_r = tl.zeros((BLOCK_M,), tl.float32)
+            init_i = tl.zeros((BLOCK_M,), tl.float32)
+    carry_r, carry_i = _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i,
+                                  BLOCK_M)
+
+    # 3. the inclusive prefix: the state after the chunk
+    end_r, end_i = cmul(agg_pr, agg_pi, carry_r, carry_i)
+    end_r += agg_qr
+    end_i += agg_qi
+    if c % window == 0:                       # chunk 0 among them
+        tl.store(base + 4 * BLOCK_M, end_r)
+        tl.store(base + 5 * BLOCK_M, end_i)
+        _publish(flag_ptr, 2)
+
+    # 4. replay: the state after every row
+    sr = pr * carry_r[None, :] - pi * carry_i[None, :] + qr                      # [CHUNK, BLOCK_M]
+    si = pr * carry_i[None, :] + pi * carry_r[None, :] + qi
+    last_chunk = c_lanes == n_chunks - 1                                         # [BLOCK_M]
+    if REVERSE:
+        # sr + i si = g[t]: grad b, then the transition's gradients against h[t-1]
+        tl.store(gx_r_ptr + off, sr.to(gx_r_ptr.dtype.element_ty), mask=mask)
+        tl.store(gx_i_ptr + off, si.to(gx_i_ptr.dtype.element_ty), mask=mask)
+        at_r, at_i, log_radius, _ = load_transition(
+            eta_ptr, delta_ptr, seg_ptr, row_base, t, valid, nu, cos_theta, sin_theta,
+            HAS_RESETS)                                       # A[t]: zero on resets and padding
+        has_prev = mask & (t > 0)[:, None]
+        hr = tl.load(y_r_ptr + off - M, mask=has_prev, other=0.0).to(tl.float32)
+        hi = tl.load(y_i_ptr + off - M, mask=has_prev, other=0.0).to(tl.float32)
+        if HAS_H0:
+            # h[-1] = h0, only in the chunk holding t = 0
+            at0 = (t == 0)[:, None] & mask
+            h0r = tl.load(h0_r_ptr + state_off, mask=lane_ok & last_chunk, other=0.0)
+            h0i = tl.load(h0_i_ptr + state_off, mask=lane_ok & last_chunk, other=0.0)
+            hr = tl.where(at0, h0r.to(tl.float32)[None, :], hr)
+            hi = tl.where(at0, h0i.to(tl.float32)[None, :], hi)
+        d_eta, d_delta = transition_gradients(sr, si, hr, hi, at_r, at_i, log_radius)
+        d_eta = tl.where(mask, d_eta, 0.0)
+        d_delta = tl.where(mask, d_delta, 0.0)
+        tl.store(p_eta_ptr + tok * n_mtiles + mt, tl.sum(d_eta, axis=1), mask=valid)
+        tl.store(p_delta_ptr + tok * n_mtiles + mt, tl.sum(d_delta, axis=1), mask=valid)
+        spec_off = (b64 * n_chunks + c) * M + lane
+        tl.store(p_nu_ptr + spec_off, tl.sum(d_eta, axis=0), mask=lane_ok)
+        tl.store(p_theta_ptr + spec_off, tl.sum(d_delta, axis=0) * theta, mask=lane_ok)
+        if HAS_H0:
+            g0r, g0i = cmul_conj(at_r, at_i, sr, si)
+            tl.store(gh0_r_ptr + state_off, _last_row(g0r, t == 0), mask=lane_ok & last_chunk)
+            tl.store(gh0_i_ptr + state_off, _last_row(g0i, t == 0), mask=lane_ok & last_chunk)
+    else:
+        tl.store(y_r_ptr + off, sr.to(y_r_ptr.dtype.element_ty), mask=mask)
+        tl.store(y_i_ptr + off, si.to(y_i_ptr.dtype.element_ty), mask=mask)
+        tl.store(end_r_ptr + state_off, end_r, mask=lane_ok & last_chunk)
+        tl.store(end_i_ptr + state_off, end_i, mask=lane_ok & last_chunk)

@@ -1,0 +1,237 @@
+"""Strategy ``lookback``: single-pass chunked scan with decoupled look-back.
+
+One program per (batch row, mode tile, time chunk) scans its [CHUNK, BLOCK_M] tile in
+registers, learns the state entering its chunk from its predecessors' published summaries
+(:mod:`samu_tune.kernels.lookback`) and writes its outputs: inputs are read once, outputs
+written once, and the whole GPU is busy even when B * M is small and L long.  Forward and
+backward are the one kernel (``REVERSE``).
+
+``lookback="decoupled"`` composes predecessor aggregates in a timing-dependent order (tiny
+floating-point differences between runs): ``valid`` rejects it when the problem asks for
+determinism.  ``lookback="chained"`` has one fixed combination order, bitwise reproducible:
+every ``window``-th chunk publishes only its inclusive prefix, the others only their
+aggregate, so a chunk composes the aggregates back to the previous window start and its
+prefix (window 1: wait for the immediate predecessor's prefix, a chain of n_chunks hops;
+window W: a chain W times shorter).
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import torch
+import triton
+from pydantic import BaseModel, ConfigDict
+
+from ..kernels import complex_math, lookback as lookback_kernels, tile
+from ..problem import ScanProblem
+from ..registry import Capability, Strategy, register
+from ..tensors import ScanInputs, ScanOutput
+from . import _alloc
+
+# register budget: tile elements per thread (of one [CHUNK, BLOCK_M] fp32 tensor; the scan
+# holds about a dozen such tensors live)
+_MAX_TILE = 8192
+_MAX_PER_THREAD = 32
+
+
+class LookbackConfig(BaseModel):
+    """Launch choices of the look-back scan.
+
+    ``chunk``: time steps per program; ``block_m``: modes per program; ``num_warps``: warps
+    per program; ``lookback``: ``decoupled`` (predecessor aggregates, fast, not bitwise
+    reproducible) or ``chained`` (fixed combination order, deterministic); ``window``:
+    chunks per published inclusive prefix in chained mode (1 in decoupled mode).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    chunk: Literal[16, 32, 64, 128, 256] = 64
+    block_m: Literal[16, 32, 64, 128] = 32
+    num_warps: Literal[2, 4, 8] = 4
+    lookback: Literal["decoupled", "chained"] = "decoupled"
+    window: Literal[1, 8, 32] = 1
+
+
+def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
+    """Prune tiles mostly beyond M or L, tiles over the register budget, threads without
+    elements, and decoupled look-back under deterministic mode."""
+    if cfg.block_m > max(16, triton.next_power_of_2(problem.M)):
+        return False
+    if cfg.chunk > max(16, triton.next_power_of_2(problem.L)):
+        return False
+    tile_elems = cfg.chunk * cfg.block_m
+    if tile_elems > _MAX_TILE or tile_elems > _MAX_PER_THREAD * 32 * cfg.num_warps:
+        return False
+    if tile_elems < 32 * cfg.num_warps:
+        return False
+    if cfg.window > 1 and (cfg.lookback == "decoupled"
+                           or cfg.window >= n_chunks(problem.L, cfg.chunk)):
+        return False
+    return not (problem.deterministic and cfg.lookback == "decoupled")
+
+
+def default(problem: ScanProblem) -> LookbackConfig:
+    """64-step chunks of 32 modes at 4 warps (16 elements per thread), shrunk to fit small
+    problems; under deterministic mode chained, with a window of 8 chunks when there are more."""
+    chunk = 64
+    while chunk > 16 and chunk > problem.L:
+        chunk //= 2
+    block_m = 16 if problem.M <= 16 else 32
+    mode = "chained" if problem.deterministic else "decoupled"
+    window = 8 if mode == "chained" and n_chunks(problem.L, chunk) > 8 else 1
+    num_warps = 4 if chunk * block_m >= 128 * 4 else 2
+    return LookbackConfig(chunk=chunk, block_m=block_m, num_warps=num_warps, lookback=mode,
+                          window=window)
+
+
+def n_mode_tiles(M: int, block_m: int) -> int:
+    return triton.cdiv(M, block_m)
+
+
+def n_chunks(L: int, chunk: int) -> int:
+    return triton.cdiv(L, chunk)
+
+
+def _sync_bytes(B: int, L: int, M: int, cfg: LookbackConfig) -> int:
+    """Statuses (int32) and published summaries (fp32) of one launch."""
+    slots = B * n_mode_tiles(M, cfg.block_m) * n_chunks(L, cfg.chunk)
+    return 4 * (1 + slots) + 4 * slots * lookback_kernels.SLOT_ROWS.value * cfg.block_m
+
+
+def workspace_bytes(problem: ScanProblem, cfg: LookbackConfig) -> int:
+    """Extra device bytes beyond inputs and outputs: per launch the statuses and summaries;
+    when training, also the control partials 2 x [B, L, n_mtiles], spectrum partials
+    2 x [B, n_chunks, M] and a final-state gradient 2 x [B, M], all fp32."""
+    B, L, M = problem.B, problem.L, problem.M
+    ws = _sync_bytes(B, L, M, cfg)
+    if problem.backward:
+        ws += 4 * (2 * B * L * n_mode_tiles(M, cfg.block_m)
+                   + 2 * B * n_chunks(L, cfg.chunk) * M + 2 * B * M)
+    return ws
+
+
+@dataclass(frozen=True)
+class LookbackPlan:
+    """Kernel launch parameters.  ``window`` is the config's in chained mode; in decoupled
+    mode it is 1 except in tests, which raise it to drive the aggregate path (see
+    :mod:`samu_tune.kernels.lookback`)."""
+
+    chunk: int
+    block_m: int
+    num_warps: int
+    decoupled: bool
+    window: int = 1
+
+    @classmethod
+    def of(cls, cfg: LookbackConfig, window: Optional[int] = None) -> "LookbackPlan":
+        return cls(cfg.chunk, cfg.block_m, cfg.num_warps, cfg.lookback == "decoupled",
+                   cfg.window if window is None else window)
+
+
+def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, delta, nu_log,
+            theta_log, seg, x, h0, y, end, gx=(None, None), gh0=(None, None),
+            p_ctl=(None, None), p_spec=(None, None)) -> None:
+    if plan.window < 1:
+        raise ValueError(f"window must be >= 1, got {plan.window}")
+    nmt = n_mode_tiles(M, plan.block_m)
+    nch = n_chunks(L, plan.chunk)
+    slots = B * nmt * nch
+    dev = x[0].device
+    # one memset per launch: the ticket counter and every status start at 0
+    sync = torch.zeros(1 + slots, dtype=torch.int32, device=dev)
+    carry = torch.empty(slots * lookback_kernels.SLOT_ROWS.value * plan.block_m, dtype=torch.float32,
+                        device=dev)
+    lookback_kernels.lookback_scan[(slots,)](
+        sync, carry, eta, delta, nu_log, theta_log, seg, x[0], x[1], h0[0], h0[1], y[0], y[1],
+        end[0], end[1], gx[0], gx[1], gh0[0], gh0[1], p_ctl[0], p_ctl[1], p_spec[0], p_spec[1],
+        B, L, M, nmt, nch, plan.window,
+        HAS_RESETS=seg is not None, HAS_H0=h0[0] is not None, REVERSE=reverse,
+        DECOUPLED=plan.decoupled, CHUNK=plan.chunk, BLOCK_M=plan.block_m,
+        num_warps=plan.num_warps)
+
+
+class _LookbackScan(torch.autograd.Function):
+    """Autograd of the look-back scan; outputs (out_r, out_i, last_r, last_i)."""
+
+    @staticmethod
+    def forward(ctx, plan: LookbackPlan, seg: Optional[torch.Tensor], eta, delta, nu_log,
+                theta_log, br, bi, h0_r, h0_i):
+        B, L, M = br.shape
+        out_r, out_i = _alloc.empty_like(br), _alloc.empty_like(bi)
+        last_r = _alloc.empty(B, M, dtype=torch.float32, device=br.device)
+        last_i = _alloc.empty(B, M, dtype=torch.float32, device=br.device)
+        _launch(plan, False, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
+                seg=seg, x=(br, bi), h0=(h0_r, h0_i), y=(out_r, out_i), end=(last_r, last_i))
+        ctx.plan = plan
+        ctx.shape = (B, L, M)
+        ctx.dtypes = (br.dtype, bi.dtype,
+                      None if h0_r is None else h0_r.dtype, None if h0_i is None else h0_i.dtype)
+        ctx.save_for_backward(seg, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i)
+        return out_r, out_i, last_r, last_i
+
+    @staticmethod
+    def backward(ctx, d_out_r, d_out_i, d_last_r, d_last_i):
+        seg, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i = ctx.saved_tensors
+        plan: LookbackPlan = ctx.plan
+        B, L, M = ctx.shape
+        dev = out_r.device
+        d_out_r, d_out_i = d_out_r.contiguous(), d_out_i.contiguous()
+        d_last_r = d_last_r.to(torch.float32).contiguous()
+        d_last_i = d_last_i.to(torch.float32).contiguous()
+        br_dtype, bi_dtype, h0r_dtype, h0i_dtype = ctx.dtypes
+        grad_br = _alloc.empty(B, L, M, dtype=br_dtype, device=dev)
+        grad_bi = _alloc.empty(B, L, M, dtype=bi_dtype, device=dev)
+        nmt = n_mode_tiles(M, plan.block_m)
+        nch = n_chunks(L, plan.chunk)
+        p_eta = _alloc.empty(B, L, nmt, dtype=torch.float32, device=dev)
+        p_delta = _alloc.empty(B, L, nmt, dtype=torch.float32, device=dev)
+        p_nu = _alloc.empty(B, nch, M, dtype=torch.float32, device=dev)
+        p_theta = _alloc.empty(B, nch, M, dtype=torch.float32, device=dev)
+        has_h0 = h0_r is not None
+        gh0 = ((_alloc.empty(B, M, dtype=torch.float32, device=dev),
+                _alloc.empty(B, M, dtype=torch.float32, device=dev)) if has_h0 else (None, None))
+        _launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
+                seg=seg, x=(d_out_r, d_out_i), h0=(h0_r, h0_i), y=(out_r, out_i),
+                end=(d_last_r, d_last_i), gx=(grad_br, grad_bi), gh0=gh0,
+                p_ctl=(p_eta, p_delta), p_spec=(p_nu, p_theta))
+        # fixed-order torch reductions over mode tiles / chunks and batch rows: deterministic
+        grad_eta = p_eta.sum(-1).to(eta.dtype)
+        grad_delta = p_delta.sum(-1).to(delta.dtype)
+        grad_nu_log = p_nu.sum((0, 1)).to(nu_log.dtype)
+        grad_theta_log = p_theta.sum((0, 1)).to(theta_log.dtype)
+        grad_h0_r = gh0[0].to(h0r_dtype) if has_h0 else None
+        grad_h0_i = gh0[1].to(h0i_dtype) if has_h0 else None
+        return (None, None, grad_eta, grad_delta, grad_nu_log, grad_theta_log, grad_br, grad_bi,
+                grad_h0_r, grad_h0_i)
+
+
+def lookback_scan(inputs: ScanInputs, plan: LookbackPlan) -> ScanOutput:
+    """Run the look-back scan of ``plan`` on validated ``inputs`` (differentiable)."""
+    h0_r, h0_i = inputs.initial_state or (None, None)
+    out_r, out_i, last_r, last_i = _LookbackScan.apply(
+        plan, inputs.segment_pos, inputs.eta, inputs.delta, inputs.nu_log, inputs.theta_log,
+        inputs.br, inputs.bi, h0_r, h0_i)
+    return ScanOutput(out_r, out_i, (last_r, last_i) if inputs.output_final_state else None)
+
+
+def run(inputs: ScanInputs, cfg: LookbackConfig) -> ScanOutput:
+    return lookback_scan(inputs, LookbackPlan.of(cfg))
+
+
+KERNEL_MODULES = (lookback_kernels, complex_math, tile)
+
+STRATEGY = register(Strategy(
+    name="lookback",
+    description="single pass: per-chunk tile scan + decoupled look-back over predecessor "
+                "summaries; reads inputs once, uses the whole GPU at long L",
+    capability=Capability(),
+    run=run,
+    config_model=LookbackConfig,
+    valid=valid,
+    default=default,
+    workspace_bytes=workspace_bytes,
+    priority=11,
+    modules=(sys.modules[__name__], *KERNEL_MODULES),
+))

@@ -1,0 +1,133 @@
+"""Quick GPU timing of ``lookback`` configs against ``serial`` at the long-L shapes.
+
+    python scripts/bench_lookback.py [--out DIR] [--shapes 8x8192x1024,...] [--all]
+
+For each shape (bf16 data, fp32 controls) and config: a correctness check against the serial
+strategy (relative norm, bf16 tolerances, forward and gradients), then forward and
+forward+backward times (median of device-event samples, L2 flushed, rotating fresh inputs:
+samu_tune.timing) and the fraction of copy bandwidth: forward moves 4 arrays of [B, L, M]
+(read br, bi; write real, imag), forward+backward about 10.  First-call seconds (compile)
+are reported too.  Writes DIR/bench_lookback.json when --out is given.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import triton.testing
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from samu_tune import registry, timing  # noqa: E402
+from samu_tune.problem import ScanProblem  # noqa: E402
+from samu_tune.strategies.lookback import LookbackConfig  # noqa: E402
+from samu_tune.tolerances import TOLERANCES, relative_error  # noqa: E402
+
+SHAPES = [(8, 8192, 1024), (1, 16384, 256), (2, 65536, 128), (32, 512, 256)]
+CONFIGS = [LookbackConfig(chunk=c, block_m=m, num_warps=w, lookback=mode)
+           for c, m, w, mode in [
+               (64, 32, 4, "decoupled"), (64, 64, 4, "decoupled"), (64, 128, 8, "decoupled"),
+               (128, 32, 4, "decoupled"), (128, 64, 8, "decoupled"), (32, 64, 2, "decoupled"),
+               (32, 128, 4, "decoupled"), (256, 32, 8, "decoupled"), (16, 128, 2, "decoupled"),
+               (64, 32, 4, "chained"), (128, 64, 8, "chained")]]
+
+
+def copy_bandwidth_tbps() -> float:
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=10, rep=200,
+                                 return_mode="median")
+    return 2 * n / (ms * 1e-3) / 1e12
+
+
+def _outputs_and_grads(fn, inputs, upstream):
+    leaves = [t.detach().requires_grad_(True) for t in inputs.differentiable()]
+    eta, delta, nu_log, theta_log, br, bi = leaves
+    out = fn(inputs.replace(eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log, br=br,
+                            bi=bi))
+    grads = torch.autograd.grad((out.real, out.imag), leaves, upstream)
+    return [out.real, out.imag, *grads]
+
+
+def check(strat, cfg, reference, inputs, upstream) -> str | None:
+    got = _outputs_and_grads(lambda i: strat.run(i, cfg), inputs, upstream)
+    tol = TOLERANCES["bfloat16"]
+    bad = []
+    for i, (g, w) in enumerate(zip(got, reference)):
+        err = relative_error(g, w)
+        if not err <= (tol.forward if i < 2 else tol.gradient):
+            bad.append(f"#{i} rel err {err:.3g}")
+    return "; ".join(bad) or None
+
+
+def time_mode(strat, cfg, problem, backward: bool) -> tuple[float, float]:
+    """(first-call seconds, median ms)."""
+    p = problem.model_copy(update={"backward": backward})
+    step = timing.Step(p, "cuda", pool=2)
+    fn = lambda i: strat.run(i, cfg)  # noqa: E731
+    t0 = time.perf_counter()
+    step(fn, step.next_inputs())
+    torch.cuda.synchronize()
+    first = time.perf_counter() - t0
+    est = timing.median(timing.sample(step, fn, 3))
+    n = timing.reps_for(est, device=torch.device("cuda"), target_ms=300, lo=5, hi=50)
+    return first, timing.median(timing.sample(step, fn, n))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
+    ap.add_argument("--all", action="store_true", help="every valid config (slow: compiles)")
+    args = ap.parse_args()
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    bw = copy_bandwidth_tbps()
+    print(f"copy bandwidth {bw:.2f} TB/s  ({torch.cuda.get_device_name()})")
+    lookback, serial = registry.get("lookback"), registry.get("serial")
+    rows = []
+    for B, L, M in shapes:
+        problem = ScanProblem(B=B, L=L, M=M, dtype="bfloat16", device="cuda")
+        inputs = timing.fast_random_inputs(problem, seed=0, device="cuda")
+        g = torch.Generator(device="cuda").manual_seed(1)
+        upstream = [torch.randn(B, L, M, generator=g, device="cuda").to(torch.bfloat16)
+                    for _ in range(2)]
+        reference = _outputs_and_grads(lambda i: serial.run(i, serial.default(problem)),
+                                       inputs, upstream)
+        floor_fwd = 4 * B * L * M * 2 / (bw * 1e12) * 1e3       # ms at copy bandwidth
+        floor_train = 10 * B * L * M * 2 / (bw * 1e12) * 1e3
+        configs = lookback.configs(problem) if args.all else [
+            c for c in CONFIGS if lookback.valid(problem, c)]
+        cands = [("serial", serial, serial.default(problem))] + [
+            ("lookback", lookback, c) for c in configs]
+        print(f"\n== B={B} L={L} M={M} bf16: floor fwd {floor_fwd:.3f} ms, "
+              f"fwd+bwd {floor_train:.3f} ms")
+        for name, strat, cfg in cands:
+            row = dict(shape=[B, L, M], strategy=name, config=cfg.model_dump())
+            try:
+                row["error"] = check(strat, cfg, reference, inputs, upstream)
+                row["first_fwd_s"], row["fwd_ms"] = time_mode(strat, cfg, problem, False)
+                row["first_train_s"], row["train_ms"] = time_mode(strat, cfg, problem, True)
+                row["fwd_bw"] = floor_fwd / row["fwd_ms"]
+                row["train_bw"] = floor_train / row["train_ms"]
+                print(f"{name:9s} {str(cfg.model_dump()):75s} fwd {row['fwd_ms']:.3f} ms "
+                      f"({100 * row['fwd_bw']:4.0f}%)  fwd+bwd {row['train_ms']:.3f} ms "
+                      f"({100 * row['train_bw']:4.0f}%)  first {row['first_fwd_s']:.1f}+"
+                      f"{row['first_train_s']:.1f} s  {row['error'] or 'ok'}", flush=True)
+            except Exception as exc:  # keep benchmarking the others
+                row["error"] = f"{type(exc).__name__}: {exc}"[:500]
+                print(f"{name:9s} {cfg.model_dump()} FAILED {row['error']}", flush=True)
+            rows.append(row)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "bench_lookback.json").write_text(json.dumps(
+            dict(copy_tbps=bw, device=torch.cuda.get_device_name(), rows=rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,277 @@
+"""The ``lookback`` strategy beyond the registry-generated checks.
+
+Many chunks (so a look-back crosses several predecessors), ragged L and a ragged last mode
+tile, resets on and inside chunk boundaries, an initial state, gradients through the final
+state only, half precision, chained vs decoupled agreement, the config space and workspace.
+
+Under the interpreter programs run one after the other, so a predecessor is always complete
+and its inclusive prefix published; a ``window`` > 1 in decoupled mode (a plan knob: only
+every W-th chunk publishes its prefix) makes the look-back compose predecessor aggregates
+instead.  Chained mode with a window composes aggregates by design.
+GPU-marked: a race stress test (thousands of chunks, many repeats) and one compiled binary
+for every shape.
+"""
+import pytest
+import torch
+
+from samu_tune import registry
+from samu_tune.problem import ScanProblem
+from samu_tune.reference import scan_reference
+from samu_tune.strategies import lookback as lb
+from samu_tune.strategies.lookback import LookbackConfig, LookbackPlan
+from samu_tune.verify import random_inputs, verify
+
+SMALL = LookbackConfig(chunk=16, block_m=16, num_warps=2, lookback="decoupled")
+CHAINED = SMALL.model_copy(update={"lookback": "chained"})
+
+
+def _problem(B, L, M, **kw) -> ScanProblem:
+    kw.setdefault("device", "cpu")
+    return ScanProblem(B=B, L=L, M=M, **kw)
+
+
+def _run(plan):
+    return lambda inp: lb.lookback_scan(inp, plan)
+
+
+def _check(plan, problem, inputs=None, seed=0, reset_rate=0.15):
+    inputs = inputs if inputs is not None else random_inputs(problem, seed=seed,
+                                                             reset_rate=reset_rate)
+    failure = verify(_run(plan), inputs, problem, seed=seed)
+    assert failure is None, f"{plan}: {failure}"
+
+
+def _grads(fn, inputs, weights=(1.0, 3.0, 1.0, -2.0)):
+    """Forward outputs and every gradient of a fixed loss, as a flat list."""
+    leaves = [t.detach().clone().requires_grad_(True) for t in inputs.differentiable()]
+    eta, delta, nu_log, theta_log, br, bi, *h0 = leaves
+    out = fn(inputs.replace(eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log, br=br,
+                            bi=bi, initial_state=tuple(h0) or None))
+    wr, wi, wfr, wfi = weights
+    loss = wr * out.real.double().sum() + wi * out.imag.double().sum()
+    if out.final_state is not None:
+        loss = loss + wfr * out.final_state[0].sum() + wfi * out.final_state[1].sum()
+    loss.backward()
+    return [out.real, out.imag, *(out.final_state or ())] + [leaf.grad for leaf in leaves]
+
+
+@pytest.mark.parametrize("plan", [
+    LookbackPlan.of(SMALL),
+    LookbackPlan.of(CHAINED),
+    LookbackPlan.of(SMALL, window=3),
+    LookbackPlan.of(LookbackConfig(chunk=32, block_m=32, num_warps=4), window=100),
+    LookbackPlan.of(CHAINED, window=2),
+], ids=["decoupled", "chained", "aggregates-every-3", "aggregates-to-chunk0",
+        "chained-window-2"])
+def test_many_chunks_ragged_L_and_mode_tiles(plan):
+    # L = 70: 5 chunks of 16 (3 of 32), the last ragged; M = 37: 3 tiles of 16 (2 of 32);
+    # sparse resets so chunk aggregates are not all zero maps
+    problem = _problem(2, 70, 37, dtype="float32", resets=True, initial_state=True,
+                       final_state=True)
+    _check(plan, problem, seed=1, reset_rate=0.02)
+
+
+@pytest.mark.parametrize("every", [1, 4])
+def test_long_look_back_without_resets(every):
+    # 10 chunks (149 = 9 * 16 + 5): with every = 4 chunk 7 composes 3 aggregates
+    problem = _problem(1, 149, 8, dtype="float32", initial_state=True, final_state=True)
+    _check(LookbackPlan.of(SMALL, window=every), problem, seed=2)
+
+
+def test_resets_on_and_inside_chunk_boundaries():
+    problem = _problem(2, 53, 5, dtype="float32", resets=True, initial_state=True,
+                       final_state=True)
+    inputs = random_inputs(problem, seed=3)
+    seg = torch.arange(53, dtype=torch.int32).repeat(2, 1) + 3
+    for t in (0, 16, 31, 32, 40, 52):        # row 0: at t = 0, on boundaries, inside, last
+        seg[0, t:] = torch.arange(53 - t, dtype=torch.int32)
+    for t in (15, 17, 48):                   # row 1: next to boundaries, none at t = 0
+        seg[1, t:] = torch.arange(53 - t, dtype=torch.int32)
+    inputs = inputs.replace(segment_pos=seg)
+    for plan in (LookbackPlan.of(SMALL), LookbackPlan.of(SMALL, window=2),
+                 LookbackPlan.of(CHAINED), LookbackPlan.of(CHAINED, window=3)):
+        _check(plan, problem, inputs=inputs, seed=3)
+    # a reset at t = 0 cuts h0 off: zero gradient for row 0 only
+    h0 = tuple(h.clone().requires_grad_(True) for h in inputs.initial_state)
+    out = lb.lookback_scan(inputs.replace(initial_state=h0), LookbackPlan.of(SMALL))
+    (out.real.sum() + out.imag.sum() + out.final_state[0].sum()).backward()
+    assert torch.all(h0[0].grad[0] == 0) and torch.all(h0[1].grad[0] == 0)
+    assert torch.any(h0[0].grad[1] != 0)
+
+
+def test_gradient_through_the_final_state_only():
+    problem = _problem(2, 40, 6, dtype="float32", initial_state=True, final_state=True)
+    inputs = random_inputs(problem, seed=4)
+    plan = LookbackPlan.of(SMALL, window=2)
+    got = _grads(_run(plan), inputs, weights=(0.0, 0.0, 1.0, -2.0))
+
+    def ref(inp):
+        return scan_reference(inp.eta, inp.delta, inp.nu_log, inp.theta_log, inp.br, inp.bi,
+                              initial_state=inp.initial_state, output_final_state=True)
+    want = _grads(ref, inputs.replace(**{
+        k: getattr(inputs, k).double() for k in ("eta", "delta", "nu_log", "theta_log", "br",
+                                                 "bi")}, initial_state=tuple(
+        h.double() for h in inputs.initial_state)), weights=(0.0, 0.0, 1.0, -2.0))
+    for g, w in zip(got[4:], want[4:]):
+        torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype,control", [("bfloat16", "float32"), ("float16", "bfloat16"),
+                                           ("bfloat16", "bfloat16")])
+def test_half_precision(dtype, control):
+    problem = _problem(2, 45, 20, dtype=dtype, control_dtype=control, resets=True,
+                       initial_state=True, final_state=True)
+    inputs = random_inputs(problem, seed=5, reset_rate=0.05)
+    out = lb.run(inputs, SMALL)
+    assert out.real.dtype == inputs.br.dtype and out.final_state[0].dtype == torch.float32
+    _check(LookbackPlan.of(SMALL, window=2), problem, inputs=inputs, seed=5)
+
+
+def test_forward_only_and_tiny_shapes():
+    for B, L, M in ((1, 1, 1), (3, 17, 1), (1, 16, 16)):
+        problem = _problem(B, L, M, dtype="float32", final_state=True, backward=False)
+        inputs = random_inputs(problem, seed=L)
+        with torch.no_grad():
+            out = lb.run(inputs, lb.default(problem))
+        want = scan_reference(inputs.eta, inputs.delta, inputs.nu_log, inputs.theta_log,
+                              inputs.br, inputs.bi, output_final_state=True)
+        torch.testing.assert_close(out.real, want.real, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(out.final_state[1], want.final_state[1], rtol=1e-4, atol=1e-5)
+        assert not out.real.requires_grad
+
+
+def test_chained_and_decoupled_agree_and_chained_is_reproducible():
+    problem = _problem(2, 75, 20, dtype="float32", resets=True, initial_state=True,
+                       final_state=True)
+    inputs = random_inputs(problem, seed=6, reset_rate=0.03)
+    chained = _grads(_run(LookbackPlan.of(CHAINED)), inputs)
+    for plan in (LookbackPlan.of(SMALL, window=3), LookbackPlan.of(CHAINED, window=2)):
+        for c, d in zip(chained, _grads(_run(plan), inputs)):
+            torch.testing.assert_close(c, d, rtol=2e-5, atol=2e-5)
+    for a, b in zip(chained, _grads(_run(LookbackPlan.of(CHAINED)), inputs)):
+        assert torch.equal(a, b)
+
+
+def test_a_window_below_one_is_refused():
+    problem = _problem(1, 20, 4, dtype="float32", backward=False)
+    with pytest.raises(ValueError, match="window"):
+        lb.lookback_scan(random_inputs(problem), LookbackPlan.of(SMALL, window=0))
+
+
+def test_config_space_is_pruned_and_default_is_valid():
+    strat = registry.get("lookback")
+    for M in (1, 5, 20, 100, 1000):
+        for L in (1, 3, 100, 5000):
+            for det in (False, True):
+                problem = _problem(2, L, M, deterministic=det)
+                configs = strat.configs(problem)
+                assert configs, (L, M, det)
+                assert strat.default_config(problem) in configs
+                for cfg in configs:
+                    assert cfg.chunk * cfg.block_m <= 8192
+                    assert cfg.chunk * cfg.block_m >= 32 * cfg.num_warps
+                    assert not (det and cfg.lookback == "decoupled")
+                    assert cfg.window == 1 or (cfg.lookback == "chained"
+                                               and cfg.window < -(-L // cfg.chunk))
+    big = strat.configs(_problem(8, 8192, 1024))
+    assert {c.chunk for c in big} == {16, 32, 64, 128, 256}
+    assert {c.block_m for c in big} == {16, 32, 64, 128}
+    assert {c.lookback for c in big} == {"decoupled", "chained"}
+    assert LookbackConfig(chunk=256, block_m=64) not in big          # over the tile budget
+    assert {c.chunk for c in strat.configs(_problem(1, 20, 8))} == {16, 32}
+    assert {c.window for c in big} == {1, 8, 32}
+    assert lb.default(_problem(1, 20, 8, deterministic=True)).lookback == "chained"
+    assert lb.default(_problem(1, 20, 8, deterministic=True)).window == 1
+    assert lb.default(_problem(1, 5000, 8, deterministic=True)).window == 8
+    assert strat.priority == 11 and strat.capability.deterministic
+
+
+def test_workspace_counts_sync_buffers_and_partials():
+    problem = ScanProblem(B=2, L=100, M=40, backward=True)
+    cfg = LookbackConfig(chunk=32, block_m=32)
+    slots = 2 * 2 * 4                     # B * mode tiles * chunks
+    sync = 4 * (1 + slots) + 4 * slots * 6 * 32
+    assert lb.workspace_bytes(problem, cfg) == sync + 4 * (2 * 2 * 100 * 2 + 2 * 2 * 4 * 40
+                                                           + 2 * 2 * 40)
+    forward = problem.model_copy(update={"backward": False})
+    assert lb.workspace_bytes(forward, cfg) == sync
+
+
+# ---- GPU -----------------------------------------------------------------------------------
+
+def _cuda_inputs(problem, seed, reset_rate=0.002):
+    return random_inputs(problem, seed=seed, device="cuda", reset_rate=reset_rate)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [
+    LookbackConfig(chunk=16, block_m=16, num_warps=2, lookback="decoupled"),
+    LookbackConfig(chunk=64, block_m=32, num_warps=4, lookback="decoupled"),
+    LookbackConfig(chunk=128, block_m=64, num_warps=8, lookback="decoupled"),
+    LookbackConfig(chunk=32, block_m=16, num_warps=2, lookback="chained"),
+    LookbackConfig(chunk=64, block_m=32, num_warps=4, lookback="chained", window=8),
+], ids=lambda c: f"{c.lookback}{c.window}-c{c.chunk}-m{c.block_m}-w{c.num_warps}")
+def test_gpu_race_stress(cfg):
+    """Thousands of chunks, repeated: every run close to serial (forward and backward), chained
+    runs bitwise identical.  A lost or reordered publication shows up as a wrong chunk."""
+    problem = ScanProblem(B=2, L=50_000, M=48, dtype="float32", device="cuda", resets=True,
+                          initial_state=True, final_state=True)
+    inputs = _cuda_inputs(problem, seed=11)
+    serial = registry.get("serial")
+    want = _grads(lambda inp: serial.run(inp, serial.default(problem)), inputs)
+    first = None
+    for rep in range(12):
+        got = _grads(lambda inp: lb.run(inp, cfg), inputs)
+        for name, g, w in zip(range(len(got)), got, want):
+            torch.testing.assert_close(g, w, rtol=2e-3, atol=2e-3,
+                                       msg=lambda m: f"rep {rep} tensor {name}: {m}")
+        if cfg.lookback == "chained":
+            if first is None:
+                first = got
+            else:
+                assert all(torch.equal(a, b) for a, b in zip(first, got)), f"rep {rep}"
+    torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1, 16384, 256), (2, 65536, 128), (8, 8192, 1024)])
+def test_gpu_benchmark_shapes_match_serial(shape):
+    """The default config at the benchmark shapes (bf16) against the serial strategy (the
+    float64 reference walks L in Python: too slow here), in relative norm."""
+    from samu_tune.tolerances import TOLERANCES, relative_error
+    B, L, M = shape
+    problem = ScanProblem(B=B, L=L, M=M, dtype="bfloat16", device="cuda", resets=True,
+                          initial_state=True, final_state=True)
+    inputs = _cuda_inputs(problem, seed=B, reset_rate=0.01)
+    serial = registry.get("serial")
+    want = _grads(lambda inp: serial.run(inp, serial.default(problem)), inputs)
+    got = _grads(lambda inp: lb.run(inp, lb.default(problem)), inputs)
+    tol = TOLERANCES["bfloat16"]
+    for i, (g, w) in enumerate(zip(got, want)):
+        limit = tol.forward if i < 4 else tol.gradient
+        assert relative_error(g, w) <= limit, (i, relative_error(g, w))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [LookbackConfig(chunk=16, block_m=16, num_warps=2),
+                                 LookbackConfig(chunk=64, block_m=32, num_warps=4,
+                                                lookback="chained")],
+                         ids=["decoupled", "chained"])
+def test_a_new_shape_does_not_recompile(cfg):
+    from samu_tune.kernels import lookback as lookback_kernels
+    from samu_tune.settings import settings
+    from test_serial_family import compiled_binaries
+    if settings().interpret:
+        pytest.skip("counts compiled binaries: needs TRITON_INTERPRET=0")
+    shapes = [(2, 37, 20), (3, 64, 48), (1, 1, 1), (4, 129, 97)]
+    counts = []
+    for B, L, M in shapes:
+        problem = ScanProblem(B=B, L=L, M=M, dtype="bfloat16", device="cuda", resets=True,
+                              initial_state=True, final_state=True)
+        failure = verify(lambda inp: lb.run(inp, cfg), random_inputs(problem, seed=B), problem,
+                         seed=B)
+        assert failure is None, f"{(B, L, M)}: {failure}"
+        torch.cuda.synchronize()
+        counts.append(compiled_binaries(lookback_kernels.lookback_scan))
+    assert counts[0] >= 2, counts         # forward and reverse
+    assert all(c == counts[0] for c in counts[1:]), counts
