@@ -238,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
                   f"winners stored in {cache.path(sig)}", markup=False)
         if device == "cpu":
             out.print("CPU wall times measure the Triton interpreter (kernels run in Python), "
-                      "not GPU speed: the torch reference usually wins here.")
+                      "not GPU speed.")
         if args.show_defaults:
             from . import show
             show.print_defaults(out)
