@@ -475,9 +475,17 @@ def entry_from_result(result: "TuneResult") -> CacheEntry:
         versions=dict(versions()), search=result.search)
 
 
+def _check_device(entry: CacheEntry, signature: str) -> None:
+    """CPU wall-time entries never go into a GPU's table (signatures ``cpu*`` are the CPU's)."""
+    if entry.cpu_wall_time and not signature.startswith("cpu"):
+        raise ValueError(f"entry {entry.key} holds a CPU wall time: it cannot go into the "
+                         f"table of {signature!r}")
+
+
 def put(entry: CacheEntry, signature: SignatureArg = None) -> None:
     """Add or replace ``entry`` in the cache file of ``signature`` (read-merge-write)."""
     sig = signature_of(signature)
+    _check_device(entry, sig)
 
     def change(entries):
         entries[entry.key] = entry
@@ -551,6 +559,8 @@ def import_(src: Union[str, Path], *, signature: Optional[str] = None) -> int:
     were added or replaced."""
     data = _read_any(Path(src))
     sig = signature or data.meta.signature
+    for e in data.entries.values():
+        _check_device(e, sig)
     changed = []
 
     def change(entries):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU check-and-benchmark, run on the device machine from the repo root:
 #   install the carried wheels (.whl: pydantic, platformdirs, accelerated-scan), run the
-#   gpu-marked tests, then scripts/bench_scan.py with the given arguments.  Output under $OUT.
+#   gpu-marked tests, the dispatch overhead, the layer/decode bench (LAYER=0 skips),
+#   then scripts/bench_scan.py with the given arguments.  Output under $OUT.
 set -uo pipefail
 OUT="${OUT:-$PWD/.device_out}"
 mkdir -p "$OUT"
@@ -15,4 +16,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
         2>&1 | tee "$OUT/gpu_tests.log" | tail -25
 fi
 python3 scripts/dispatch_overhead.py 2>&1 | tail -5
+if [ "${LAYER:-1}" = 1 ]; then
+    python3 scripts/bench_layer.py --out "$OUT" 2>&1 | tee "$OUT/layer.log" | tail -30
+fi
 python3 scripts/bench_scan.py --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -80

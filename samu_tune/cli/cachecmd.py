@@ -1,0 +1,54 @@
+"""``samu-tune cache path|clear|export|import``: the winner cache on disk."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import cache
+from . import console
+from .console import CLIError
+
+
+def run_path(args: argparse.Namespace) -> int:
+    sig = cache.signature_of(args.device)
+    print(cache.cache_dir())
+    print(f"{cache.path(sig)}  (this device: {sig}"
+          f"{'' if cache.path(sig).exists() else ', not written yet'})")
+    return 0
+
+
+def run_clear(args: argparse.Namespace) -> int:
+    what = "every device" if args.all else cache.signature_of(args.device)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise CLIError(f"cache clear removes the cached winners of {what}: pass --yes to "
+                           f"confirm")
+        answer = input(f"Remove the cached winners of {what} in {cache.cache_dir()}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing removed")
+            return 1
+    n = cache.clear(None if args.all else args.device, all_devices=args.all)
+    print(f"removed {n} cached winner(s) of {what} from {cache.cache_dir()}")
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    sig = cache.signature_of(args.device)
+    try:
+        n = cache.export(args.file, sig, served_only=args.served_only)
+    except OSError as exc:
+        raise CLIError(f"cannot export to {args.file}: {exc.strerror or exc}", 1) from None
+    print(f"exported {n} entr{'y' if n == 1 else 'ies'} of {sig} to {args.file}")
+    return 0
+
+
+def run_import(args: argparse.Namespace) -> int:
+    try:
+        n = cache.import_(args.file)
+    except FileNotFoundError:
+        raise CLIError(f"{args.file}: no such cache file") from None
+    except (ValueError, OSError) as exc:
+        raise CLIError(f"cannot import {args.file}: {exc}") from None
+    console.out().print(f"imported {n} new or newer entr{'y' if n == 1 else 'ies'} from "
+                        f"{args.file} into {cache.cache_dir()}", markup=False)
+    return 0

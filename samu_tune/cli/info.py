@@ -1,0 +1,62 @@
+"""``samu-tune strategies`` and ``samu-tune explain``: the registry and dispatch, in words."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from .. import registry
+from ..dispatch import explain
+from ..problem import ScanProblem
+from . import console, render
+from .console import CLIError
+
+
+def run_strategies(args: argparse.Namespace) -> int:
+    strategies = registry.all_strategies()
+    if args.json:
+        print(json.dumps([dict(
+            name=s.name, description=s.description, priority=s.priority,
+            capability=s.capability.model_dump(mode="json"), configs=len(s.configs()),
+            deterministic=s.capability.deterministic,
+            config_fields=list(s.config_model.model_fields)) for s in strategies], indent=1))
+        return 0
+    console.out().print(render.strategies_table(strategies))
+    return 0
+
+
+def problem_from_args(args: argparse.Namespace) -> ScanProblem:
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif device == "cuda" and not torch.cuda.is_available():
+        raise CLIError("--device cuda: no CUDA GPU found (explain uses this device's "
+                       "signature and cache)")
+    return ScanProblem(B=args.B, L=args.L, M=args.M, dtype=args.dtype,
+                       control_dtype=args.control_dtype, device=device,
+                       backward=args.mode == "train", resets=args.resets,
+                       initial_state=args.initial_state, final_state=args.final_state,
+                       deterministic=args.deterministic)
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    ex = explain(problem_from_args(args), policy=args.policy)
+    if args.json:
+        print(ex.model_dump_json(indent=1))
+        return 0 if ex.strategy else 1
+    out = console.out()
+    out.print(render.explain_table(ex))
+    if ex.strategy is None:
+        out.print(f"[red]dispatch cannot run it[/red] (policy {ex.policy}): ", end="")
+        out.print(ex.error or "", markup=False)
+        return 1
+    out.print(f"dispatch (policy {ex.policy}) would choose [bold]{ex.strategy}[/bold] "
+              f"({render.config_text(ex.config)}) from {ex.source}"
+              + (f" [{ex.source_key}]" if ex.source_key else "").replace("[", "\\[") + ":")
+    out.print(f"  {ex.detail}", markup=False)
+    if ex.trail:
+        out.print("passed over:")
+        for line in ex.trail:
+            out.print(f"  - {line}", markup=False)
+    return 0

@@ -1,0 +1,245 @@
+"""``samu-tune profile``: tune every shape of a shapes file, store the winners, show tables.
+
+Per problem (a shape entry expands to the product of its B, L, M lists and, for mode
+``both``, to a forward and a train problem): the served exact cache entry is reused unless
+``--force``; otherwise :func:`samu_tune.tune` runs and the winner is recorded in the cache
+file of the device it was measured on.  Without a CUDA GPU the problems run on the CPU (the
+Triton interpreter when ``TRITON_INTERPRET=1``); those are CPU wall times, stored under the
+``cpu-interpreter`` / ``cpu`` signature and never in a GPU's table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Optional
+
+import torch
+from pydantic import BaseModel
+
+from .. import cache, registry
+from ..device import DeviceInfo, device_info
+from ..problem import ScanProblem
+from ..rules import NoEligibleStrategy, rule_choice
+from ..settings import settings
+from ..tuner import TuneResult, candidate_name, config_json, tune
+from . import bandwidth, console, render
+from .console import CLIError
+from .progress import ProfileProgress
+from .shapes import load_shapes
+
+# --quick: a smoke run (scripts/run on the CPU): few candidates, few samples each
+QUICK_MAX_CONFIGS = 4
+QUICK_REPS = 3
+
+
+class ProfileRow(BaseModel):
+    """One profiled problem as shown in the tables and printed by ``--json``.
+
+    ``source``: ``tuned`` (now), ``cached`` (an existing served cache entry) or ``failed``
+    (no candidate worked).  Speedups are ``other.time / winner.time``.  ``copy_bw_fraction``
+    is achieved / measured copy bandwidth (None on the CPU).
+    """
+
+    key: str
+    mode: str
+    problem: dict[str, Any]
+    source: str
+    winner: Optional[str] = None
+    strategy: Optional[str] = None
+    config: Optional[dict[str, Any]] = None
+    time_ms: Optional[float] = None
+    runner_up: Optional[str] = None
+    runner_up_ms: Optional[float] = None
+    speedup_vs_runner_up: Optional[float] = None
+    rule_default: Optional[str] = None
+    rule_default_ms: Optional[float] = None
+    speedup_vs_rule_default: Optional[float] = None
+    copy_bw_fraction: Optional[float] = None
+    evaluated: Optional[int] = None
+    failed: Optional[int] = None
+    skipped: Optional[int] = None
+    failures: list[dict[str, str]] = []
+    ineligible: dict[str, list[str]] = {}
+    stopped: Optional[str] = None
+    elapsed_s: Optional[float] = None
+
+
+def _strategies(text: Optional[str]) -> Optional[list[str]]:
+    if not text:
+        return None
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    known = [s.name for s in registry.all_strategies()]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise CLIError(f"--strategies: unknown strategy {', '.join(map(repr, unknown))}; "
+                       f"registered: {', '.join(known)}")
+    return names
+
+
+def _device(want: str) -> str:
+    if want in ("auto", "cuda") and torch.cuda.is_available():
+        return "cuda"
+    if want == "cuda":
+        raise CLIError("--device cuda: no CUDA GPU found")
+    return "cpu"
+
+
+def _problems(shapes, device: str, mode: Optional[str]) -> list[ScanProblem]:
+    seen, out = set(), []
+    for entry in shapes.shapes:
+        for p in entry.problems(device, mode):
+            if p not in seen:
+                seen.add(p)
+                out.append(p)
+    return out
+
+
+def _rule(problem: ScanProblem, dev: DeviceInfo):
+    try:
+        return rule_choice(problem, dev)
+    except NoEligibleStrategy:
+        return None
+
+
+def _ratio(other: Optional[float], winner: Optional[float]) -> Optional[float]:
+    return other / winner if other is not None and winner else None
+
+
+def row_from_result(result: TuneResult, dev: DeviceInfo, bw: Optional[float]) -> ProfileRow:
+    p, w, r = result.problem, result.winner, result.runner_up
+    row = ProfileRow(
+        key=p.key(), mode=p.mode, problem=p.model_dump(mode="json"),
+        source="tuned" if w else "failed", evaluated=len(result.candidates),
+        failed=len(result.failed()),
+        skipped=sum(c.status == "skipped" for c in result.candidates),
+        failures=[{"candidate": c.name, "reason": c.reason or ""} for c in result.failed()],
+        ineligible=result.ineligible, stopped=result.stopped, elapsed_s=result.elapsed_s)
+    if w is None:
+        return row
+    row.winner, row.strategy, row.config, row.time_ms = w.name, w.strategy, w.config, w.time_ms
+    if r is not None:
+        row.runner_up, row.runner_up_ms = r.name, r.time_ms
+        row.speedup_vs_runner_up = _ratio(r.time_ms, w.time_ms)
+    rule = _rule(p, dev)
+    if rule is not None:
+        cfg = config_json(rule.config)
+        row.rule_default = candidate_name(rule.strategy.name, cfg)
+        for c in result.candidates:
+            if c.status == "ok" and c.strategy == rule.strategy.name and c.config == cfg:
+                row.rule_default_ms = c.time_ms
+                row.speedup_vs_rule_default = _ratio(c.time_ms, w.time_ms)
+    row.copy_bw_fraction = bandwidth.fraction(p, w.time_ms, bw)
+    return row
+
+
+def row_from_cache(problem: ScanProblem, entry: cache.CacheEntry, dev: DeviceInfo,
+                   bw: Optional[float]) -> ProfileRow:
+    row = ProfileRow(key=problem.key(), mode=problem.mode, problem=problem.model_dump(mode="json"),
+                     source="cached", winner=candidate_name(entry.strategy, entry.config),
+                     strategy=entry.strategy, config=entry.config, time_ms=entry.time_ms,
+                     copy_bw_fraction=bandwidth.fraction(problem, entry.time_ms, bw))
+    if entry.runner_up is not None:
+        row.runner_up = candidate_name(entry.runner_up.strategy, entry.runner_up.config)
+        row.runner_up_ms = entry.runner_up.time_ms
+        row.speedup_vs_runner_up = _ratio(entry.runner_up.time_ms, entry.time_ms)
+    rule = _rule(problem, dev)
+    if rule is not None:
+        row.rule_default = candidate_name(rule.strategy.name, config_json(rule.config))
+    return row
+
+
+def _summary(row: ProfileRow) -> str:
+    if row.time_ms is None:
+        return f"no winner ({row.failed} failed)"
+    where = "from the cache" if row.source == "cached" else \
+        f"{row.evaluated} candidate(s), {row.failed} failed, {row.elapsed_s:.1f} s"
+    return f"{row.winner} {row.time_ms:.4g} ms ({where})"
+
+
+def _rerun_interpreted(args: argparse.Namespace) -> int:
+    """Run this same command again with ``TRITON_INTERPRET=1``: Triton reads it when the
+    kernels are defined (at import), so this process cannot switch to the interpreter."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return subprocess.call([sys.executable, "-m", "samu_tune.cli", *args.argv], env=env)
+
+
+def run(args: argparse.Namespace) -> int:
+    shapes = load_shapes(args.shapes)
+    names = _strategies(args.strategies)
+    device = _device(args.device)
+    if (device == "cpu" and not settings().interpret and "TRITON_INTERPRET" not in os.environ
+            and getattr(args, "argv", None) is not None):
+        note = console.err() if args.json else console.out()
+        note.print("No CUDA GPU found: re-running with TRITON_INTERPRET=1 so the Triton "
+                   "strategies run on the CPU interpreter (TRITON_INTERPRET=0: torch only).",
+                   markup=False)
+        return _rerun_interpreted(args)
+    problems = _problems(shapes, device, args.mode)
+    dev = device_info("cuda" if device == "cuda" else "cpu")
+    sig = dev.signature()
+    out = console.out()
+    note = console.err() if args.json else out
+    if device == "cpu":
+        why = "No CUDA GPU found" if args.device == "auto" else "--device cpu"
+        note.print(f"{why}: profiling {len(problems)} problem(s) of {args.shapes} on the CPU "
+                   f"(CPU wall times, stored as '{sig}', never in a GPU's table).", markup=False)
+        if not settings().interpret:
+            note.print("TRITON_INTERPRET is off: only the torch reference runs on the CPU.")
+    max_configs = args.max_configs
+    reps = None
+    if args.quick:
+        max_configs = min(max_configs or QUICK_MAX_CONFIGS, QUICK_MAX_CONFIGS)
+        reps = QUICK_REPS if device == "cpu" else None   # GPU samples are cheap
+    bw = bandwidth.copy_bandwidth(torch.cuda.current_device()) if device == "cuda" else None
+
+    rows: list[ProfileRow] = []
+    t0 = time.monotonic()
+    with ProfileProgress(len(problems), verbose=args.verbose, quiet=args.json) as progress:
+        for i, problem in enumerate(problems, 1):
+            progress.shape_start(i, problem.key())
+            entry = None if args.force else cache.lookup(problem, sig)
+            if entry is not None:
+                row = row_from_cache(problem, entry, dev, bw)
+            else:
+                result = tune(problem, strategies=names, budget_s=args.budget,
+                              max_configs=max_configs, reps=reps,
+                              retime_rounds=reps, progress=progress.event)
+                if result.winner is not None:
+                    cache.record(result)
+                row = row_from_result(result, dev, bw)
+            rows.append(row)
+            progress.shape_done(_summary(row))
+    elapsed = time.monotonic() - t0
+
+    if args.json:
+        print(json.dumps(dict(
+            signature=sig, device=dev.model_dump(mode="json"),
+            timing="cuda-events" if device == "cuda" else "cpu-wall",
+            cpu_timings=device == "cpu", copy_bandwidth_bytes_per_s=bw,
+            cache_file=str(cache.path(sig)), elapsed_s=elapsed,
+            results=[r.model_dump(mode="json") for r in rows]), indent=1))
+    else:
+        for table in render.profile_tables(rows, sig, cpu=device == "cpu", bandwidth=bw):
+            console.print_table(out, table)
+        out.print(render.LEGEND)
+        for line in render.failure_lines(rows):
+            out.print(line)
+        tuned = sum(r.source == "tuned" for r in rows)
+        cached = sum(r.source == "cached" for r in rows)
+        out.print(f"{tuned} tuned, {cached} from the cache"
+                  + ("" if args.force or not cached else " (--force re-tunes them)")
+                  + f", {len(rows) - tuned - cached} without a winner in {elapsed:.1f} s; "
+                  f"winners stored in {cache.path(sig)}", markup=False)
+        if device == "cpu":
+            out.print("CPU wall times measure the Triton interpreter (kernels run in Python), "
+                      "not GPU speed.")
+        if args.show_defaults:
+            from . import show
+            show.print_defaults(out)
+    return 0 if all(r.time_ms is not None for r in rows) else 1

@@ -1,0 +1,71 @@
+"""Strategy ``grouped``: ``chunk`` with a three-level prefix over chunk maps.
+
+Chunk maps are grouped ``group`` at a time: (1) every group's composed map, in parallel;
+(2) a serial prefix over the groups -> each group's carry-in; (3) every chunk's carry-in
+from its group's, in parallel.  The serial part shrinks from n_chunks to n_chunks / group
+steps, at the price of two more (parallel) launches.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Literal
+
+import triton
+from pydantic import BaseModel, ConfigDict
+
+from ..problem import ScanProblem
+from ..registry import Capability, Strategy, register
+from ..tensors import ScanInputs, ScanOutput
+from . import _chunk_common as common
+from ._chunk_common import BlockM, Chunk, ChunkPlan, Intra, Reduce, Stages, Warps
+
+
+class GroupedConfig(BaseModel):
+    """The ``chunk`` fields plus ``group``: chunk maps per group of the three-level prefix."""
+
+    model_config = ConfigDict(frozen=True)
+
+    chunk: Chunk = 32
+    block_m: BlockM = 32
+    num_warps: Warps = 4
+    reduce: Reduce = "partials"
+    intra: Intra = "scan"
+    num_stages: Stages = 1
+    group: Literal[4, 16, 64] = 4
+
+
+def valid(problem: ScanProblem, cfg: GroupedConfig) -> bool:
+    """The chunk rules; groups small enough that there are at least two (the smallest group
+    is always allowed) and whose [group, block_m] block fits in registers."""
+    nc = common.n_chunks(problem.L, cfg.chunk)
+    return (common.valid_common(problem, cfg)
+            and common.prefix_tile_ok(cfg.group, cfg.block_m)
+            and cfg.group <= max(4, triton.next_power_of_2(nc) // 2))
+
+
+def default(problem: ScanProblem) -> GroupedConfig:
+    cfg = common.default_common(problem)
+    nc = common.n_chunks(problem.L, cfg["chunk"])
+    return GroupedConfig(**cfg, group=16 if nc >= 64 else 4)
+
+
+def workspace_bytes(problem: ScanProblem, cfg: GroupedConfig) -> int:
+    return common.workspace_bytes_common(problem, cfg, "grouped", cfg.group)
+
+
+def run(inputs: ScanInputs, cfg: GroupedConfig) -> ScanOutput:
+    return common.chunk_scan(inputs, ChunkPlan.of(cfg, "grouped", cfg.group))
+
+
+STRATEGY = register(Strategy(
+    name="grouped",
+    description="chunk, with a grouped three-level prefix (group maps, group prefix, expand)",
+    capability=Capability(),
+    run=run,
+    config_model=GroupedConfig,
+    valid=valid,
+    default=default,
+    workspace_bytes=workspace_bytes,
+    priority=8,
+    modules=(sys.modules[__name__], common, *common.KERNEL_MODULES),
+))

@@ -1,0 +1,162 @@
+"""GPU benchmark of the SAMU layer and the decode step (issue 7), one run on the device.
+
+Layer (x [B, L, 2M] bf16, fp32 parameters): forward and forward+backward of
+  - ``samu_tune.SAMU`` (controller and write in torch, the tuned ``samu_tune.scan``, ReLU),
+  - the same layer with the seed's default scan dispatch in place of ``samu_tune.scan``
+    (the seed's own fused-write path needs its private controller cache; not timed here).
+Decode (one token, x [B, 2M] bf16): tokens/s at B = 1, 8, 64 of our ``single`` and
+``blocked`` kernels and the seed's ``samu_decode`` / ``samu_decode_blocked``, each checked
+against the float64 step reference first.
+Writes ``layer.json`` under --out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import triton.testing
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import samu_tune  # noqa: E402
+from samu_tune.layer import controller  # noqa: E402
+from samu_tune.layer.decode import decode_step  # noqa: E402
+from samu_tune.layer.reference import step_reference  # noqa: E402
+
+LAYER_SHAPES = [(8, 2048, 512), (1, 16384, 256)]
+DECODE_BATCHES = [1, 8, 64]
+DECODE_M = 512
+
+
+def _seed():
+    from bench_scan import seed_module
+    return seed_module()
+
+
+def _bench(fn, rep_ms):
+    return triton.testing.do_bench(fn, warmup=25, rep=rep_ms, return_mode="median")
+
+
+def layer_rows(rep_ms):
+    seed = _seed()
+    rows = []
+    for B, L, M in LAYER_SHAPES:
+        torch.manual_seed(0)
+        layer = samu_tune.SAMU(M, device="cuda")
+        x = torch.randn(B, L, 2 * M, device="cuda", dtype=torch.bfloat16)
+
+        def ours(inp):
+            return layer(inp)[0]
+
+        def seed_layer(inp):
+            p = layer.params()
+            eta, delta = controller.controls(inp, p)
+            br, bi = controller.writes(inp, p)
+            hr, hi = seed.samu_training_scan_dispatch(eta, delta, layer.nu_log, layer.theta_log,
+                                                      br, bi)[:2]
+            return torch.relu(torch.cat([hr, hi], dim=-1))
+
+        variants = [("samu_tune.SAMU (unfused, tuned scan)", ours)]
+        if seed is not None:
+            variants.append(("our controller + seed default scan", seed_layer))
+        for name, fn in variants:
+            row = {"name": name, "shape": [B, L, M]}
+            try:
+                t0 = time.perf_counter()
+                with torch.no_grad():
+                    fn(x)
+                torch.cuda.synchronize()
+                row["first_s"] = time.perf_counter() - t0
+                with torch.no_grad():
+                    row["forward_ms"] = _bench(lambda: fn(x), rep_ms)
+                xg = x.detach().requires_grad_(True)
+                leaves = [xg, *layer.parameters()]
+                g = torch.randn(B, L, 2 * M, device="cuda", dtype=torch.bfloat16)
+
+                def train():
+                    torch.autograd.grad(fn(xg), leaves, g, allow_unused=True)
+                train()
+                row["train_ms"] = _bench(train, rep_ms)
+                row["tokens_per_s_train"] = B * L / (row["train_ms"] * 1e-3)
+            except Exception as exc:
+                row["error"] = f"{type(exc).__name__}: {exc}"[:400]
+            print(f"layer {name:40s} {B, L, M}: fwd {row.get('forward_ms', float('nan')):.3f} ms"
+                  f" train {row.get('train_ms', float('nan')):.3f} ms {row.get('error', '')}",
+                  flush=True)
+            rows.append(row)
+    return rows
+
+
+def decode_rows(rep_ms):
+    seed = _seed()
+    rows = []
+    M = DECODE_M
+    torch.manual_seed(0)
+    layer = samu_tune.SAMU(M, device="cuda")
+    p = layer.params()
+    for B in DECODE_BATCHES:
+        x = torch.randn(B, 2 * M, device="cuda", dtype=torch.bfloat16)
+        state = tuple(torch.randn(B, M, device="cuda") * 0.5 for _ in range(2))
+        with torch.no_grad():
+            want_y, want_s = step_reference(x.double(), p.to(torch.float64),
+                                            tuple(s.double() for s in state),
+                                            dtype=torch.float64)
+        variants = [(f"ours {n}", lambda n=n: decode_step(x, p, state, strategy=n))
+                    for n in ("single", "blocked")]
+        if seed is not None:
+            with torch.no_grad():
+                gamma = torch.sqrt(torch.clamp(1 - torch.exp(-2 * p.nu_log.exp()), min=0)) + 1e-8
+                unit = [d / d.norm() for d in (p.phase_direction, p.radial_direction)]
+                scales = [torch.tanh(a).reshape(1) / math.sqrt(M)
+                          for a in (p.phase_amplitude, p.radial_amplitude)]
+                theta = p.theta_log.exp()
+                blocked_args = (*unit, *scales, p.nu_log.exp(), theta.cos(), theta.sin(), gamma)
+            variants += [
+                ("seed samu_decode", lambda: seed.samu_decode(x, *[t.detach() for t in p],
+                                                              *state)),
+                ("seed samu_decode_blocked",
+                 lambda: seed.samu_decode_blocked(x, *blocked_args, *state)),
+            ]
+        for name, fn in variants:
+            row = {"name": name, "B": B, "M": M}
+            try:
+                with torch.no_grad():
+                    y, s = fn()
+                    err = max((y.double() - want_y).abs().max().item(),
+                              (s[0].double() - want_s[0]).abs().max().item(),
+                              (s[1].double() - want_s[1]).abs().max().item())
+                    row["max_abs_err"] = err
+                    row["step_us"] = _bench(fn, rep_ms) * 1e3
+                row["tokens_per_s"] = B / (row["step_us"] * 1e-6)
+            except Exception as exc:
+                row["error"] = f"{type(exc).__name__}: {exc}"[:400]
+            print(f"decode {name:26s} B={B:3d} M={M}: {row.get('step_us', float('nan')):.2f} us"
+                  f" {row.get('tokens_per_s', float('nan')):.3g} tok/s"
+                  f" err {row.get('max_abs_err', float('nan')):.2e} {row.get('error', '')}",
+                  flush=True)
+            rows.append(row)
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
+    ap.add_argument("--rep-ms", type=int, default=100)
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+              "decode": decode_rows(args.rep_ms), "layer": layer_rows(args.rep_ms)}
+    (out / "layer.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
