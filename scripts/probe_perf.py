@@ -19,18 +19,19 @@ from samu_tune import registry  # noqa: E402
 from samu_tune.problem import ScanProblem  # noqa: E402
 
 SHAPES = [(8, 8192, 1024), (1, 16384, 256), (2, 65536, 128), (32, 512, 256)]
-LOOKBACK = [(32, 32, 4), (16, 64, 4), (64, 16, 4), (16, 32, 2), (32, 64, 8), (64, 32, 8),
-            (128, 16, 8), (16, 128, 8)]
+LOOKBACK = [(32, 32, 4, 1), (32, 32, 4, 4), (32, 32, 4, 16), (16, 64, 4, 1), (16, 64, 4, 4),
+            (16, 64, 4, 16), (64, 16, 4, 4), (16, 128, 2, 1), (16, 128, 2, 4), (64, 32, 4, 4)]
+FAMILY = ()
 
 
 def candidates(problem):
     out = []
     lb = registry.get("lookback")
-    for chunk, bm, w in LOOKBACK:
-        cfg = lb.config_model(chunk=chunk, block_m=bm, num_warps=w)
+    for chunk, bm, w, sub in LOOKBACK:
+        cfg = lb.config_model(chunk=chunk, block_m=bm, num_warps=w, sub=sub)
         if lb.valid(problem, cfg):
             out.append((lb, cfg))
-    for name in ("chunk", "hierarchical", "grouped"):
+    for name in FAMILY:
         s = registry.get(name)
         d = s.default_config(problem)
         out.append((s, d))

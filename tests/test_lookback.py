@@ -71,6 +71,27 @@ def test_many_chunks_ragged_L_and_mode_tiles(plan):
     _check(plan, problem, seed=1, reset_rate=0.02)
 
 
+@pytest.mark.parametrize("plan", [
+    LookbackPlan.of(SMALL.model_copy(update={"sub": 4})),
+    LookbackPlan.of(SMALL.model_copy(update={"sub": 4}), window=2),
+    LookbackPlan.of(CHAINED.model_copy(update={"sub": 4})),
+], ids=["sub4", "sub4-aggregates-every-2", "sub4-chained"])
+def test_sub_tiles_per_chunk(plan):
+    # chunk = 4 tiles of 16 = 64 steps; L = 150: 3 chunks, the last with 1.4 tiles (ragged,
+    # two padding tiles); resets land inside tiles, on tile and on chunk boundaries
+    problem = _problem(2, 150, 37, dtype="float32", resets=True, initial_state=True,
+                       final_state=True)
+    inputs = random_inputs(problem, seed=6)
+    seg = torch.arange(150, dtype=torch.int32).repeat(2, 1) + 5
+    for t in (16, 64, 70, 129):
+        seg[0, t:] = torch.arange(150 - t, dtype=torch.int32)
+    seg[1, 0:] = torch.arange(150, dtype=torch.int32)        # reset at t = 0 in row 1
+    _check(plan, problem, inputs=inputs.replace(segment_pos=seg), seed=6)
+    # without resets: h0 reaches every chunk, gradients flow through 9 tiles
+    problem = _problem(1, 150, 5, dtype="float32", initial_state=True, final_state=True)
+    _check(plan, problem, seed=7)
+
+
 @pytest.mark.parametrize("every", [1, 4])
 def test_long_look_back_without_resets(every):
     # 10 chunks (149 = 9 * 16 + 5): with every = 4 chunk 7 composes 3 aggregates

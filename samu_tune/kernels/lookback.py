@@ -107,6 +107,80 @@ def _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, BLOCK_M: tl
     return carry_r, carry_i
 
 
+@triton.jit
+def _tile_maps(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, start, L, M, lane,
+               lane_ok, nu, cos_theta, sin_theta, HAS_RESETS: tl.constexpr,
+               REVERSE: tl.constexpr, CHUNK: tl.constexpr):
+    """The tile of rows start .. start + CHUNK - 1 (in scan order) scanned from a zero carry.
+
+    Returns (pr, pi, qr, qi) [CHUNK, BLOCK_M] (row r: state after it = P[r] z_in + Q[r]) and
+    the tile's addressing: t, valid [CHUNK], tok [CHUNK], off, mask [CHUNK, BLOCK_M].
+    """
+    t, valid = tile_times(start, L, CHUNK, REVERSE)                              # [CHUNK]
+    tok = row_base + t                                                           # [CHUNK]
+    off = tok[:, None] * M + lane[None, :]                                       # [CHUNK, BLOCK_M]
+    mask = valid[:, None] & lane_ok[None, :]
+    ar, ai = scan_transition(eta_ptr, delta_ptr, seg_ptr, row_base, t, valid, L, nu, cos_theta,
+                             sin_theta, HAS_RESETS, REVERSE)                     # [CHUNK, BLOCK_M]
+    ur = tl.load(x_r_ptr + off, mask=mask, other=0.0).to(tl.float32)
+    ui = tl.load(x_i_ptr + off, mask=mask, other=0.0).to(tl.float32)
+    pr, pi, qr, qi = tile_scan(ar, ai, ur, ui)
+    return pr, pi, qr, qi, t, valid, tok, off, mask
+
+
+@triton.jit
+def _replay(pr, pi, qr, qi, carry_r, carry_i, t, valid, tok, off, mask, eta_ptr, delta_ptr,
+            seg_ptr, y_r_ptr, y_i_ptr, h0_r_ptr, h0_i_ptr, gx_r_ptr, gx_i_ptr, gh0_r_ptr,
+            gh0_i_ptr, p_eta_ptr, p_delta_ptr, row_base, state_off, lane_ok, last_chunk, M, mt,
+            n_mtiles, nu, theta, cos_theta, sin_theta, HAS_RESETS: tl.constexpr,
+            HAS_H0: tl.constexpr, REVERSE: tl.constexpr, CHUNK: tl.constexpr):
+    """Replay one tile from its carry-in: store the states (forward) or grad b and the
+    control partials (reverse).  Returns the carry out ([BLOCK_M] pair: the state after the
+    tile's last row; padding rows are the identity) and the tile's spectrum partials
+    (d nu_log, d theta_log) per lane (zeros forward)."""
+    sr = pr * carry_r[None, :] - pi * carry_i[None, :] + qr                      # [CHUNK, BLOCK_M]
+    si = pr * carry_i[None, :] + pi * carry_r[None, :] + qi
+    is_last = tl.arange(0, CHUNK) == CHUNK - 1
+    out_r = _last_row(sr, is_last)                                               # [BLOCK_M]
+    out_i = _last_row(si, is_last)
+    if REVERSE:
+        # sr + i si = g[t]: grad b, then the transition's gradients against h[t-1]
+        tl.store(gx_r_ptr + off, sr.to(gx_r_ptr.dtype.element_ty), mask=mask)
+        tl.store(gx_i_ptr + off, si.to(gx_i_ptr.dtype.element_ty), mask=mask)
+        at_r, at_i, log_radius, _ = load_transition(
+            eta_ptr, delta_ptr, seg_ptr, row_base, t, valid, nu, cos_theta, sin_theta,
+            HAS_RESETS)                                       # A[t]: zero on resets and padding
+        has_prev = mask & (t > 0)[:, None]
+        hr = tl.load(y_r_ptr + off - M, mask=has_prev, other=0.0).to(tl.float32)
+        hi = tl.load(y_i_ptr + off - M, mask=has_prev, other=0.0).to(tl.float32)
+        if HAS_H0:
+            # h[-1] = h0, only in the tile holding t = 0 (in the last chunk)
+            at0 = (t == 0)[:, None] & mask
+            h0r = tl.load(h0_r_ptr + state_off, mask=lane_ok & last_chunk, other=0.0)
+            h0i = tl.load(h0_i_ptr + state_off, mask=lane_ok & last_chunk, other=0.0)
+            hr = tl.where(at0, h0r.to(tl.float32)[None, :], hr)
+            hi = tl.where(at0, h0i.to(tl.float32)[None, :], hi)
+        d_eta, d_delta = transition_gradients(sr, si, hr, hi, at_r, at_i, log_radius)
+        d_eta = tl.where(mask, d_eta, 0.0)
+        d_delta = tl.where(mask, d_delta, 0.0)
+        tl.store(p_eta_ptr + tok * n_mtiles + mt, tl.sum(d_eta, axis=1), mask=valid)
+        tl.store(p_delta_ptr + tok * n_mtiles + mt, tl.sum(d_delta, axis=1), mask=valid)
+        if HAS_H0:
+            g0r, g0i = cmul_conj(at_r, at_i, sr, si)
+            # per-lane flag: this tile holds t = 0 (a tensor, not a scalar bool: interpreter)
+            holds_t0 = (tl.zeros_like(lane_ok.to(tl.int32))
+                        + tl.sum((t == 0).to(tl.int32), axis=0)) > 0
+            keep = lane_ok & last_chunk & holds_t0
+            tl.store(gh0_r_ptr + state_off, _last_row(g0r, t == 0), mask=keep)
+            tl.store(gh0_i_ptr + state_off, _last_row(g0i, t == 0), mask=keep)
+        return out_r, out_i, tl.sum(d_eta, axis=0), tl.sum(d_delta, axis=0) * theta
+    else:
+        tl.store(y_r_ptr + off, sr.to(y_r_ptr.dtype.element_ty), mask=mask)
+        tl.store(y_i_ptr + off, si.to(y_i_ptr.dtype.element_ty), mask=mask)
+        zero = tl.zeros_like(out_r)
+        return out_r, out_i, zero, zero
+
+
 @triton.jit(do_not_specialize=["B", "L", "M", "n_mtiles", "n_chunks", "window"])
 def lookback_scan(
     sync_ptr,                    # [1 + n_slots] int32, zeroed: ticket counter, then statuses
@@ -124,9 +198,16 @@ def lookback_scan(
     p_nu_ptr, p_theta_ptr,       # rev: partial grad nu_log, theta_log  [B, n_chunks, M] f32
     B, L, M, n_mtiles, n_chunks, window,
     HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
-    DECOUPLED: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
+    DECOUPLED: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, SUB: tl.constexpr,
 ):
-    """Grid: (B * n_mtiles * n_chunks,); the program id is ignored in favour of the ticket."""
+    """Grid: (B * n_mtiles * n_chunks,); the program id is ignored in favour of the ticket.
+
+    A chunk is SUB tiles of CHUNK rows (n_chunks = cdiv(L, SUB * CHUNK)).  SUB = 1: the tile
+    stays in registers from the summary to the replay.  SUB > 1: the summary walks the SUB
+    tiles composing their maps (registers hold one tile), and the replay walks them again
+    (the second read of a chunk's inputs is served from L2): SUB times more bytes per program
+    and a SUB times shorter look-back chain, for twice the tile scans.
+    """
     # relaxed: the ticket only orders work; payloads are ordered by the status atomics
     ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
     per_chunk = B * n_mtiles
@@ -146,22 +227,35 @@ def lookback_scan(
     b64 = b.to(tl.int64)
     row_base = b64 * L                        # int64: B L M may exceed 2^31
     state_off = b64 * M + lane                # [BLOCK_M] into [B, M] buffers
-    t, valid = tile_times(c * CHUNK, L, CHUNK, REVERSE)                          # [CHUNK]
-    tok = row_base + t                                                           # [CHUNK]
-    off = tok[:, None] * M + lane[None, :]                                       # [CHUNK, BLOCK_M]
-    mask = valid[:, None] & lane_ok[None, :]
-
-    # 1. the chunk's own scan from a zero carry
-    ar, ai = scan_transition(eta_ptr, delta_ptr, seg_ptr, row_base, t, valid, L, nu, cos_theta,
-                             sin_theta, HAS_RESETS, REVERSE)                     # [CHUNK, BLOCK_M]
-    ur = tl.load(x_r_ptr + off, mask=mask, other=0.0).to(tl.float32)
-    ui = tl.load(x_i_ptr + off, mask=mask, other=0.0).to(tl.float32)
-    pr, pi, qr, qi = tile_scan(ar, ai, ur, ui)                                   # [CHUNK, BLOCK_M]
     is_last = tl.arange(0, CHUNK) == CHUNK - 1
-    agg_pr = _last_row(pr, is_last)                                              # [BLOCK_M]
-    agg_pi = _last_row(pi, is_last)
-    agg_qr = _last_row(qr, is_last)
-    agg_qi = _last_row(qi, is_last)
+
+    # 1. the chunk's map from a zero carry: (P, Q) composed over its tiles
+    if SUB == 1:
+        pr, pi, qr, qi, t, valid, tok, off, mask = _tile_maps(
+            eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, c * CHUNK, L, M, lane,
+            lane_ok, nu, cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK)
+        agg_pr = _last_row(pr, is_last)                                          # [BLOCK_M]
+        agg_pi = _last_row(pi, is_last)
+        agg_qr = _last_row(qr, is_last)
+        agg_qi = _last_row(qi, is_last)
+    else:
+        agg_pr = tl.full((BLOCK_M,), 1.0, tl.float32)
+        agg_pi = tl.zeros((BLOCK_M,), tl.float32)
+        agg_qr = tl.zeros((BLOCK_M,), tl.float32)
+        agg_qi = tl.zeros((BLOCK_M,), tl.float32)
+        for s in range(SUB):
+            spr, spi, sqr, sqi, _t, _v, _tok, _off, _mask = _tile_maps(
+                eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, (c * SUB + s) * CHUNK,
+                L, M, lane, lane_ok, nu, cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK)
+            lpr = _last_row(spr, is_last)
+            lpi = _last_row(spi, is_last)
+            lqr = _last_row(sqr, is_last)
+            lqi = _last_row(sqi, is_last)
+            # the tile's map after the maps composed so far: (Ps Pa, Ps Qa + Qs)
+            nqr, nqi = cmul(lpr, lpi, agg_qr, agg_qi)
+            agg_qr = nqr + lqr
+            agg_qi = nqi + lqi
+            agg_pr, agg_pi = cmul(lpr, lpi, agg_pr, agg_pi)
 
     flag_ptr = sync_ptr + 1 + slot
     base = carry_ptr + slot.to(tl.int64) * (SLOT_ROWS * BLOCK_M) + lane_t
@@ -202,41 +296,33 @@ def lookback_scan(
         tl.store(base + 5 * BLOCK_M, end_i)
         _publish(flag_ptr, 2)
 
-    # 4. replay: the state after every row
-    sr = pr * carry_r[None, :] - pi * carry_i[None, :] + qr                      # [CHUNK, BLOCK_M]
-    si = pr * carry_i[None, :] + pi * carry_r[None, :] + qi
+    # 4. replay: the state after every row (reverse: the gradients)
     last_chunk = c_lanes == n_chunks - 1                                         # [BLOCK_M]
-    if REVERSE:
-        # sr + i si = g[t]: grad b, then the transition's gradients against h[t-1]
-        tl.store(gx_r_ptr + off, sr.to(gx_r_ptr.dtype.element_ty), mask=mask)
-        tl.store(gx_i_ptr + off, si.to(gx_i_ptr.dtype.element_ty), mask=mask)
-        at_r, at_i, log_radius, _ = load_transition(
-            eta_ptr, delta_ptr, seg_ptr, row_base, t, valid, nu, cos_theta, sin_theta,
-            HAS_RESETS)                                       # A[t]: zero on resets and padding
-        has_prev = mask & (t > 0)[:, None]
-        hr = tl.load(y_r_ptr + off - M, mask=has_prev, other=0.0).to(tl.float32)
-        hi = tl.load(y_i_ptr + off - M, mask=has_prev, other=0.0).to(tl.float32)
-        if HAS_H0:
-            # h[-1] = h0, only in the chunk holding t = 0
-            at0 = (t == 0)[:, None] & mask
-            h0r = tl.load(h0_r_ptr + state_off, mask=lane_ok & last_chunk, other=0.0)
-            h0i = tl.load(h0_i_ptr + state_off, mask=lane_ok & last_chunk, other=0.0)
-            hr = tl.where(at0, h0r.to(tl.float32)[None, :], hr)
-            hi = tl.where(at0, h0i.to(tl.float32)[None, :], hi)
-        d_eta, d_delta = transition_gradients(sr, si, hr, hi, at_r, at_i, log_radius)
-        d_eta = tl.where(mask, d_eta, 0.0)
-        d_delta = tl.where(mask, d_delta, 0.0)
-        tl.store(p_eta_ptr + tok * n_mtiles + mt, tl.sum(d_eta, axis=1), mask=valid)
-        tl.store(p_delta_ptr + tok * n_mtiles + mt, tl.sum(d_delta, axis=1), mask=valid)
-        spec_off = (b64 * n_chunks + c) * M + lane
-        tl.store(p_nu_ptr + spec_off, tl.sum(d_eta, axis=0), mask=lane_ok)
-        tl.store(p_theta_ptr + spec_off, tl.sum(d_delta, axis=0) * theta, mask=lane_ok)
-        if HAS_H0:
-            g0r, g0i = cmul_conj(at_r, at_i, sr, si)
-            tl.store(gh0_r_ptr + state_off, _last_row(g0r, t == 0), mask=lane_ok & last_chunk)
-            tl.store(gh0_i_ptr + state_off, _last_row(g0i, t == 0), mask=lane_ok & last_chunk)
+    if SUB == 1:
+        _, _, nu_part, theta_part = _replay(
+            pr, pi, qr, qi, carry_r, carry_i, t, valid, tok, off, mask, eta_ptr, delta_ptr,
+            seg_ptr, y_r_ptr, y_i_ptr, h0_r_ptr, h0_i_ptr, gx_r_ptr, gx_i_ptr, gh0_r_ptr,
+            gh0_i_ptr, p_eta_ptr, p_delta_ptr, row_base, state_off, lane_ok, last_chunk, M, mt,
+            n_mtiles, nu, theta, cos_theta, sin_theta, HAS_RESETS, HAS_H0, REVERSE, CHUNK)
     else:
-        tl.store(y_r_ptr + off, sr.to(y_r_ptr.dtype.element_ty), mask=mask)
-        tl.store(y_i_ptr + off, si.to(y_i_ptr.dtype.element_ty), mask=mask)
+        nu_part = tl.zeros((BLOCK_M,), tl.float32)
+        theta_part = tl.zeros((BLOCK_M,), tl.float32)
+        for s in range(SUB):
+            spr, spi, sqr, sqi, st, svalid, stok, soff, smask = _tile_maps(
+                eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, (c * SUB + s) * CHUNK,
+                L, M, lane, lane_ok, nu, cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK)
+            carry_r, carry_i, dn, dt = _replay(
+                spr, spi, sqr, sqi, carry_r, carry_i, st, svalid, stok, soff, smask, eta_ptr,
+                delta_ptr, seg_ptr, y_r_ptr, y_i_ptr, h0_r_ptr, h0_i_ptr, gx_r_ptr, gx_i_ptr,
+                gh0_r_ptr, gh0_i_ptr, p_eta_ptr, p_delta_ptr, row_base, state_off, lane_ok,
+                last_chunk, M, mt, n_mtiles, nu, theta, cos_theta, sin_theta, HAS_RESETS,
+                HAS_H0, REVERSE, CHUNK)
+            nu_part += dn
+            theta_part += dt
+    if REVERSE:
+        spec_off = (b64 * n_chunks + c) * M + lane
+        tl.store(p_nu_ptr + spec_off, nu_part, mask=lane_ok)
+        tl.store(p_theta_ptr + spec_off, theta_part, mask=lane_ok)
+    else:
         tl.store(end_r_ptr + state_off, end_r, mask=lane_ok & last_chunk)
         tl.store(end_i_ptr + state_off, end_i, mask=lane_ok & last_chunk)

@@ -43,7 +43,10 @@ class LookbackConfig(BaseModel):
     ``chunk``: time steps per program; ``block_m``: modes per program; ``num_warps``: warps
     per program; ``lookback``: ``decoupled`` (predecessor aggregates, fast, not bitwise
     reproducible) or ``chained`` (fixed combination order, deterministic); ``window``:
-    chunks per published inclusive prefix in chained mode (1 in decoupled mode).
+    chunks per published inclusive prefix in chained mode (1 in decoupled mode); ``sub``:
+    tiles of ``chunk`` steps per program (a program's chunk is ``chunk * sub`` steps: sub > 1
+    walks its tiles twice, summary then replay, for more bytes in flight per program and a
+    ``sub`` times shorter look-back chain).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -53,6 +56,7 @@ class LookbackConfig(BaseModel):
     num_warps: Literal[2, 4, 8] = 4
     lookback: Literal["decoupled", "chained"] = "decoupled"
     window: Literal[1, 8, 32] = 1
+    sub: Literal[1, 4, 16] = 1
 
 
 def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
@@ -60,7 +64,7 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
     elements, and decoupled look-back under deterministic mode."""
     if cfg.block_m > max(16, triton.next_power_of_2(problem.M)):
         return False
-    if cfg.chunk > max(16, triton.next_power_of_2(problem.L)):
+    if cfg.chunk * cfg.sub > max(16, triton.next_power_of_2(problem.L)):
         return False
     tile_elems = cfg.chunk * cfg.block_m
     if tile_elems > _MAX_TILE or tile_elems > _MAX_PER_THREAD * 32 * cfg.num_warps:
@@ -68,7 +72,7 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
     if tile_elems < 32 * cfg.num_warps:
         return False
     if cfg.window > 1 and (cfg.lookback == "decoupled"
-                           or cfg.window >= n_chunks(problem.L, cfg.chunk)):
+                           or cfg.window >= n_chunks(problem.L, cfg.chunk * cfg.sub)):
         return False
     return not (problem.deterministic and cfg.lookback == "decoupled")
 
@@ -98,7 +102,7 @@ def n_chunks(L: int, chunk: int) -> int:
 
 def _sync_bytes(B: int, L: int, M: int, cfg: LookbackConfig) -> int:
     """Statuses (int32) and published summaries (fp32) of one launch."""
-    slots = B * n_mode_tiles(M, cfg.block_m) * n_chunks(L, cfg.chunk)
+    slots = B * n_mode_tiles(M, cfg.block_m) * n_chunks(L, cfg.chunk * cfg.sub)
     return 4 * (1 + slots) + 4 * slots * lookback_kernels.SLOT_ROWS.value * cfg.block_m
 
 
@@ -110,7 +114,7 @@ def workspace_bytes(problem: ScanProblem, cfg: LookbackConfig) -> int:
     ws = _sync_bytes(B, L, M, cfg)
     if problem.backward:
         ws += 4 * (2 * B * L * n_mode_tiles(M, cfg.block_m)
-                   + 2 * B * n_chunks(L, cfg.chunk) * M + 2 * B * M)
+                   + 2 * B * n_chunks(L, cfg.chunk * cfg.sub) * M + 2 * B * M)
     return ws
 
 
@@ -125,11 +129,12 @@ class LookbackPlan:
     num_warps: int
     decoupled: bool
     window: int = 1
+    sub: int = 1
 
     @classmethod
     def of(cls, cfg: LookbackConfig, window: Optional[int] = None) -> "LookbackPlan":
         return cls(cfg.chunk, cfg.block_m, cfg.num_warps, cfg.lookback == "decoupled",
-                   cfg.window if window is None else window)
+                   cfg.window if window is None else window, cfg.sub)
 
 
 def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, delta, nu_log,
@@ -138,7 +143,7 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
     if plan.window < 1:
         raise ValueError(f"window must be >= 1, got {plan.window}")
     nmt = n_mode_tiles(M, plan.block_m)
-    nch = n_chunks(L, plan.chunk)
+    nch = n_chunks(L, plan.chunk * plan.sub)
     slots = B * nmt * nch
     dev = x[0].device
     # one memset per launch: the ticket counter and every status start at 0
@@ -150,7 +155,7 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
         end[0], end[1], gx[0], gx[1], gh0[0], gh0[1], p_ctl[0], p_ctl[1], p_spec[0], p_spec[1],
         B, L, M, nmt, nch, plan.window,
         HAS_RESETS=seg is not None, HAS_H0=h0[0] is not None, REVERSE=reverse,
-        DECOUPLED=plan.decoupled, CHUNK=plan.chunk, BLOCK_M=plan.block_m,
+        DECOUPLED=plan.decoupled, CHUNK=plan.chunk, BLOCK_M=plan.block_m, SUB=plan.sub,
         num_warps=plan.num_warps)
 
 
@@ -186,7 +191,7 @@ class _LookbackScan(torch.autograd.Function):
         grad_br = _alloc.empty(B, L, M, dtype=br_dtype, device=dev)
         grad_bi = _alloc.empty(B, L, M, dtype=bi_dtype, device=dev)
         nmt = n_mode_tiles(M, plan.block_m)
-        nch = n_chunks(L, plan.chunk)
+        nch = n_chunks(L, plan.chunk * plan.sub)
         p_eta = _alloc.empty(B, L, nmt, dtype=torch.float32, device=dev)
         p_delta = _alloc.empty(B, L, nmt, dtype=torch.float32, device=dev)
         p_nu = _alloc.empty(B, nch, M, dtype=torch.float32, device=dev)
