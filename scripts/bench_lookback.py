@@ -37,7 +37,10 @@ CONFIGS = [LookbackConfig(chunk=c, block_m=m, num_warps=w, lookback=mode, window
                (128, 16, 8, "decoupled", 1), (128, 32, 8, "decoupled", 1),
                (16, 128, 8, "decoupled", 1), (16, 32, 2, "decoupled", 1),
                (32, 32, 4, "chained", 1), (32, 32, 4, "chained", 8),
-               (64, 32, 4, "chained", 32)]]
+               (64, 32, 4, "chained", 32)]] + [
+    LookbackConfig(chunk=c, block_m=m, num_warps=w, sub=sub)
+    for c, m, w, sub in [(32, 32, 4, 4), (16, 64, 4, 4), (32, 16, 2, 4), (16, 32, 2, 4),
+                         (32, 32, 4, 16), (16, 64, 4, 16)]]
 
 
 def copy_bandwidth_tbps() -> float:

@@ -231,7 +231,9 @@ def _cuda_inputs(problem, seed, reset_rate=0.002):
     LookbackConfig(chunk=128, block_m=64, num_warps=8, lookback="decoupled"),
     LookbackConfig(chunk=32, block_m=16, num_warps=2, lookback="chained"),
     LookbackConfig(chunk=64, block_m=32, num_warps=4, lookback="chained", window=8),
-], ids=lambda c: f"{c.lookback}{c.window}-c{c.chunk}-m{c.block_m}-w{c.num_warps}")
+    LookbackConfig(chunk=32, block_m=32, num_warps=4, sub=4),
+    LookbackConfig(chunk=16, block_m=16, num_warps=2, lookback="chained", window=8, sub=4),
+], ids=lambda c: f"{c.lookback}{c.window}-c{c.chunk}x{c.sub}-m{c.block_m}-w{c.num_warps}")
 def test_gpu_race_stress(cfg):
     """Thousands of chunks, repeated: every run close to serial (forward and backward), chained
     runs bitwise identical.  A lost or reordered publication reads an unwritten payload
