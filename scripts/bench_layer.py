@@ -31,7 +31,7 @@ from samu_tune.layer import controller  # noqa: E402
 from samu_tune.layer.decode import decode_step  # noqa: E402
 from samu_tune.layer.reference import step_reference  # noqa: E402
 
-LAYER_SHAPES = [(8, 2048, 512), (1, 16384, 256)]
+LAYER_SHAPES = [(4, 4096, 512), (1, 16384, 256)]  # grid shapes: the seed's binaries are cached
 DECODE_BATCHES = [1, 8, 64]
 DECODE_M = 512
 

@@ -37,6 +37,14 @@ from samu_tune.verify import random_inputs, verify  # noqa: E402
 GRID = [(1, 16384, 256), (2, 65536, 128), (32, 512, 256), (1, 2048, 1024), (4, 4096, 512),
         (16, 1024, 1024), (8, 8192, 1024), (64, 256, 64)]
 FP32_SHAPES = [(1, 16384, 256), (8, 8192, 1024)]
+# configs measured fastest in earlier H200 probes (scripts/results/NVIDIA-H200/probe_*):
+# timed beside each strategy's default and sampled configs
+KNOWN_GOOD = {
+    "lookback": [dict(chunk=16, block_m=128, num_warps=2), dict(chunk=128, block_m=32, num_warps=4),
+                 dict(chunk=16, block_m=64, num_warps=4), dict(chunk=64, block_m=16, num_warps=4),
+                 dict(chunk=32, block_m=64, num_warps=2), dict(chunk=16, block_m=64, num_warps=4,
+                                                                sub=16)],
+}
 
 
 # ---------------------------------------------------------------- candidates ------------------
@@ -283,9 +291,12 @@ def strategy_candidates(shape, dtype, per_strategy, names=None):
         if strat.reasons(p):
             continue
         default = strat.default_config(p)
-        configs = [c for c in strat.configs(p) if c != default]
+        known = [strat.parse_config(k) for k in KNOWN_GOOD.get(strat.name, [])]
+        known = [c for c in known if strat.valid is None or strat.valid(p, c)]
+        picked = [default] + [c for c in known if c != default]
+        configs = [c for c in strat.configs(p) if c not in picked]
         rng = random.Random(f"{strat.name}{shape}")
-        picked = [default] + rng.sample(configs, min(per_strategy - 1, len(configs)))
+        picked += rng.sample(configs, min(per_strategy - 1, len(configs)))
         out += [(strat.name, c.model_dump()) for c in picked]
     return out
 
@@ -324,7 +335,14 @@ def main(argv=None):
     result = {"device": props.name, "sm_count": props.multi_processor_count,
               "torch": torch.__version__, "triton": triton.__version__,
               "samu_tune": samu_tune.__version__, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    from samu_tune import cache as _cache
+    from samu_tune.device import device_info as _device_info
+    result["signature"] = _cache.signature_of(_device_info("cuda"))
     result["copy_tbps"] = bw = copy_bandwidth_tbps()
+
+    def save():  # after every phase: a run stopped at its time limit keeps what it measured
+        result["wall_s"] = time.time() - t_start
+        (out_dir / "bench.json").write_text(json.dumps(result, indent=1, default=str))
     print(f"{props.name}: copy bandwidth {bw:.2f} TB/s", flush=True)
 
     # 1. correctness on the GPU of each strategy's default config (resets, h0, final, bf16)
@@ -349,6 +367,7 @@ def main(argv=None):
     t0 = time.time()
     result["warm"] = warm_all(tasks, args.workers)
     result["warm_wall_s"] = time.time() - t0
+    save()
     print(f"warm-up of {len(tasks)} tasks: {time.time() - t0:.0f}s", flush=True)
     if args.accel:
         tasks += [("accel", "accelerated_scan", None, s, d, ("forward", "train"))
@@ -375,12 +394,17 @@ def main(argv=None):
               f"fwd {row.get('forward_ms', float('nan')):8.3f} ms "
               f"train {row.get('train_ms', float('nan')):8.3f} ms "
               f"{row.get('error', '')[:80]}", flush=True)
+        if len(rows) % 10 == 0:
+            result["rows"] = rows
+            save()
     result["rows"] = rows
+    save()
 
     # 4. tune each case (budgeted), keep the faster of the tuner's winner and the best timed
     #    candidate above as the cache entry, export it as the shipped table, time the dispatch
     if args.tune_budget > 0:
         result["tuned"] = tune_and_ship(cases, rows, args, out_dir)
+        save()
         for shape, dtype in cases:
             row = {"kind": "scan", "name": "samu_tune.scan", "config": None,
                    "shape": list(shape), "dtype": dtype}
@@ -400,8 +424,7 @@ def main(argv=None):
             print(f"scan     {str(shape):18s} {dtype:8s} fwd {row.get('forward_ms', float('nan')):8.3f}"
                   f" ms train {row.get('train_ms', float('nan')):8.3f} ms "
                   f"{row.get('forward_choice', '')} | {row.get('train_choice', '')}", flush=True)
-    result["wall_s"] = time.time() - t_start
-    (out_dir / "bench.json").write_text(json.dumps(result, indent=1, default=str))
+    save()
     print(f"total {result['wall_s']:.0f}s", flush=True)
 
 

@@ -189,11 +189,11 @@ def test_config_space_is_pruned_and_default_is_valid():
                 assert configs, (L, M, det)
                 assert strat.default_config(problem) in configs
                 for cfg in configs:
-                    assert cfg.chunk * cfg.block_m <= 16 * 32 * cfg.num_warps
+                    assert cfg.chunk * cfg.block_m <= lb._MAX_PER_THREAD * 32 * cfg.num_warps
                     assert cfg.chunk * cfg.block_m >= 32 * cfg.num_warps
                     assert not (det and cfg.lookback == "decoupled")
                     assert cfg.window == 1 or (cfg.lookback == "chained"
-                                               and cfg.window < -(-L // cfg.chunk))
+                                               and cfg.window < -(-L // (cfg.chunk * cfg.sub)))
     big = strat.configs(_problem(8, 8192, 1024))
     assert {c.chunk for c in big} == {16, 32, 64, 128, 256}
     assert {c.block_m for c in big} == {16, 32, 64, 128}

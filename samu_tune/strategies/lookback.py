@@ -33,8 +33,11 @@ from . import _alloc
 # register budget, in tile elements per thread.  ptxas for sm_90 (Triton 3.9 PTX, bf16):
 # 8 per thread -> forward ~96-113 registers, backward ~144-185, no spills; 16 per thread ->
 # forward 166 (block_m 32) to 255 with spills (block_m >= 64), backward 255 with spills.
+# Measured on the H200 the spilling 32-per-thread configs were nevertheless the fastest at
+# (8, 8192, 1024) (forward 16x128x2 warps 0.59 ms, training 128x32x4 1.95 ms, against 0.71 and
+# 2.31 ms at 8 per thread), so up to 32 per thread stay in the space and the tuner decides.
 _MAX_TILE = 8192
-_MAX_PER_THREAD = 16
+_MAX_PER_THREAD = 32
 
 
 class LookbackConfig(BaseModel):
@@ -78,16 +81,23 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
 
 
 def default(problem: ScanProblem) -> LookbackConfig:
-    """Chunks of 32 modes at 4 warps: 32 steps when training (8 elements per thread: the
-    backward kernel stays clear of spills), 64 forward-only; shrunk to fit small problems.
-    Under deterministic mode chained, with a window of 8 chunks when there are more."""
-    chunk = 32 if problem.backward else 64
+    """The configs measured fastest on the H200 (scripts/results/NVIDIA-H200): forward and
+    short-L training 16-step chunks of up to 128 modes at 2 warps (many small programs: a
+    short look-back per hop); long-L training 128-step chunks of 32 modes at 4 warps (fewer
+    hops).  Shrunk to fit small problems.  Under deterministic mode chained, with a window
+    of 8 chunks when there are more."""
+    if problem.backward and problem.L >= 32768:
+        chunk, block_m, num_warps = 128, 32, 4
+    else:
+        chunk, block_m, num_warps = 16, 128, 2
     while chunk > 16 and chunk > problem.L:
         chunk //= 2
-    block_m = 16 if problem.M <= 16 else 32
+    while block_m > 16 and block_m > problem.M:
+        block_m //= 2
+    while num_warps > 2 and chunk * block_m < 32 * 8 * num_warps:
+        num_warps //= 2
     mode = "chained" if problem.deterministic else "decoupled"
     window = 8 if mode == "chained" and n_chunks(problem.L, chunk) > 8 else 1
-    num_warps = 4 if chunk * block_m >= 128 * 4 else 2
     return LookbackConfig(chunk=chunk, block_m=block_m, num_warps=num_warps, lookback=mode,
                           window=window)
 
