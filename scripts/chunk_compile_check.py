@@ -105,11 +105,9 @@ def main() -> None:
     problem = ScanProblem(B=args.B, L=args.L, M=args.M, resets=True, initial_state=True,
                           final_state=True)
     seen, jobs = set(), []
-    for name, prefix, field in (("chunk", "serial", None),
-                                ("hierarchical", "hierarchical", "prefix_block"),
-                                ("grouped", "grouped", "group")):
+    for name in common.MEMBERS:
         for cfg in registry.get(name).configs(problem):
-            plan = common.ChunkPlan.of(cfg, prefix, getattr(cfg, field) if field else 0)
+            plan = common.plan_for(name, cfg)
             for fn, consts, warps, stages in _binaries(plan):
                 key = (fn.__name__, tuple(sorted(consts.items())), warps, stages)
                 if key not in seen:

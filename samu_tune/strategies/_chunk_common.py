@@ -17,15 +17,18 @@ gradients are per-program partials reduced here with torch (deterministic), or f
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Callable, Literal, Optional
 
 import torch
 import triton
+from pydantic import BaseModel, ConfigDict
 
 from ..kernels import chunk as chunk_kernels, chunk_walk, complex_math, tile
 from ..kernels import prefix as prefix_kernels
 from ..problem import ScanProblem
+from ..registry import Capability, Strategy, register
 from ..tensors import ScanInputs, ScanOutput
 from . import _alloc
 
@@ -37,6 +40,27 @@ Warps = Literal[2, 4, 8]
 Reduce = Literal["partials", "atomic"]
 Intra = Literal["scan", "walk"]
 Stages = Literal[1, 2, 4]
+
+
+
+class ChunkFamilyConfig(BaseModel):
+    """The fields every chunk-family config has.
+
+    ``chunk``: time steps per tile; ``block_m``: modes per tile; ``num_warps``: warps of the
+    tile programs; ``reduce``: backward control/spectrum gradients as per-program partials
+    summed by torch (deterministic) or float atomics; ``intra``: each chunk by an associative
+    scan of its [chunk, block_m] tile, or by a rolled walk of its steps on a [block_m] vector;
+    ``num_stages``: software pipelining depth of the walk (1 for the scan)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    chunk: Chunk = 32
+    block_m: BlockM = 32
+    num_warps: Warps = 4
+    reduce: Reduce = "partials"
+    intra: Intra = "scan"
+    num_stages: Stages = 1
+
 
 # elements of a [CHUNK, BLOCK_M] tile per thread: below 1 threads idle; sm_90 builds of the
 # backward replay use ~150-190 registers at 8 and spill at 16 (ptxas, triton 3.9)
@@ -77,10 +101,6 @@ def default_common(problem: ScanProblem) -> dict:
 
 def n_chunks(L: int, chunk: int) -> int:
     return triton.cdiv(L, chunk)
-
-
-def n_groups(L: int, chunk: int, group: int) -> int:
-    return triton.cdiv(n_chunks(L, chunk), group)
 
 
 def workspace_bytes_common(problem: ScanProblem, cfg, prefix: str, group: int = 0) -> int:
@@ -256,3 +276,43 @@ def chunk_scan(inputs: ScanInputs, plan: ChunkPlan) -> ScanOutput:
         plan, inputs.segment_pos, inputs.eta, inputs.delta, inputs.nu_log, inputs.theta_log,
         inputs.br, inputs.bi, h0_r, h0_i)
     return ScanOutput(out_r, out_i, (last_r, last_i) if inputs.output_final_state else None)
+
+
+# member -> (prefix over chunk maps, config field holding its block / group size)
+MEMBERS = {"chunk": ("serial", None), "hierarchical": ("hierarchical", "prefix_block"),
+           "grouped": ("grouped", "group")}
+
+
+def plan_for(name: str, cfg: ChunkFamilyConfig) -> ChunkPlan:
+    """The launch plan of member ``name`` under ``cfg``."""
+    prefix, field = MEMBERS[name]
+    return ChunkPlan.of(cfg, prefix, getattr(cfg, field) if field else 0)
+
+
+def register_member(name: str, *, description: str, config_model: type[ChunkFamilyConfig],
+                    valid: Callable[[ScanProblem, ChunkFamilyConfig], bool],
+                    default: Callable[[ScanProblem], ChunkFamilyConfig], priority: int,
+                    module: str) -> Strategy:
+    """Register chunk-family member ``name`` (see :data:`MEMBERS`): its run and workspace come
+    from the plan; ``module`` (the member's ``__name__``) is hashed with this module and the
+    kernels."""
+
+    def run(inputs: ScanInputs, cfg: ChunkFamilyConfig) -> ScanOutput:
+        return chunk_scan(inputs, plan_for(name, cfg))
+
+    def workspace_bytes(problem: ScanProblem, cfg: ChunkFamilyConfig) -> int:
+        plan = plan_for(name, cfg)
+        return workspace_bytes_common(problem, cfg, plan.prefix, plan.prefix_block)
+
+    return register(Strategy(
+        name=name,
+        description=description,
+        capability=Capability(),
+        run=run,
+        config_model=config_model,
+        valid=valid,
+        default=default,
+        workspace_bytes=workspace_bytes,
+        priority=priority,
+        modules=(sys.modules[module], sys.modules[__name__], *KERNEL_MODULES),
+    ))

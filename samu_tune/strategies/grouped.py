@@ -7,30 +7,18 @@ steps, at the price of two more (parallel) launches.
 """
 from __future__ import annotations
 
-import sys
 from typing import Literal
 
 import triton
-from pydantic import BaseModel, ConfigDict
 
 from ..problem import ScanProblem
-from ..registry import Capability, Strategy, register
-from ..tensors import ScanInputs, ScanOutput
 from . import _chunk_common as common
-from ._chunk_common import BlockM, Chunk, ChunkPlan, Intra, Reduce, Stages, Warps
+from ._chunk_common import ChunkFamilyConfig
 
 
-class GroupedConfig(BaseModel):
+class GroupedConfig(ChunkFamilyConfig):
     """The ``chunk`` fields plus ``group``: chunk maps per group of the three-level prefix."""
 
-    model_config = ConfigDict(frozen=True)
-
-    chunk: Chunk = 32
-    block_m: BlockM = 32
-    num_warps: Warps = 4
-    reduce: Reduce = "partials"
-    intra: Intra = "scan"
-    num_stages: Stages = 1
     group: Literal[4, 16, 64] = 4
 
 
@@ -49,23 +37,12 @@ def default(problem: ScanProblem) -> GroupedConfig:
     return GroupedConfig(**cfg, group=16 if nc >= 64 else 4)
 
 
-def workspace_bytes(problem: ScanProblem, cfg: GroupedConfig) -> int:
-    return common.workspace_bytes_common(problem, cfg, "grouped", cfg.group)
-
-
-def run(inputs: ScanInputs, cfg: GroupedConfig) -> ScanOutput:
-    return common.chunk_scan(inputs, ChunkPlan.of(cfg, "grouped", cfg.group))
-
-
-STRATEGY = register(Strategy(
-    name="grouped",
+STRATEGY = common.register_member(
+    "grouped",
     description="chunk, with a grouped three-level prefix (group maps, group prefix, expand)",
-    capability=Capability(),
-    run=run,
     config_model=GroupedConfig,
     valid=valid,
     default=default,
-    workspace_bytes=workspace_bytes,
     priority=8,
-    modules=(sys.modules[__name__], common, *common.KERNEL_MODULES),
-))
+    module=__name__,
+)
