@@ -30,7 +30,7 @@ from ..kernels import prefix as prefix_kernels
 from ..problem import ScanProblem
 from ..registry import Capability, Strategy, register
 from ..tensors import ScanInputs, ScanOutput
-from . import _alloc
+from . import _alloc, _grads
 
 KERNEL_MODULES = (chunk_kernels, chunk_walk, prefix_kernels, complex_math, tile)
 
@@ -229,8 +229,7 @@ class _ChunkScan(torch.autograd.Function):
               seg=seg, x=(br, bi), y=(out_r, out_i), init=(h0_r, h0_i), end=last)
         ctx.plan = plan
         ctx.shape = (B, L, M)
-        ctx.dtypes = (br.dtype, bi.dtype, None if h0_r is None else h0_r.dtype,
-                      None if h0_i is None else h0_i.dtype)
+        ctx.dtypes = _grads.dtypes(br, bi, h0_r, h0_i)
         ctx.save_for_backward(seg, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i)
         return out_r, out_i, last[0], last[1]
 
@@ -241,10 +240,9 @@ class _ChunkScan(torch.autograd.Function):
         B, L, M = ctx.shape
         dev = out_r.device
         br_dtype, bi_dtype, h0r_dtype, h0i_dtype = ctx.dtypes
-        d_out_r, d_out_i = d_out_r.contiguous(), d_out_i.contiguous()
-        d_last = (d_last_r.to(torch.float32).contiguous(), d_last_i.to(torch.float32).contiguous())
-        grad_br = _alloc.empty(B, L, M, dtype=br_dtype, device=dev)
-        grad_bi = _alloc.empty(B, L, M, dtype=bi_dtype, device=dev)
+        d_out, d_last, grad_b, gh0 = _grads.backward_buffers(
+            d_out_r, d_out_i, d_last_r, d_last_i, (B, L, M), (br_dtype, bi_dtype),
+            h0_r is not None, dev)
         nc, nmb = n_chunks(L, plan.chunk), triton.cdiv(M, plan.block_m)
         if plan.atomic:
             g_ctl = tuple(torch.zeros(B, L, dtype=torch.float32, device=dev) for _ in range(2))
@@ -252,30 +250,19 @@ class _ChunkScan(torch.autograd.Function):
         else:
             g_ctl = tuple(_f32(B, L, nmb, device=dev) for _ in range(2))
             g_spec = tuple(_f32(B, nc, M, device=dev) for _ in range(2))
-        has_h0 = h0_r is not None
-        gh0 = (_f32(B, M, device=dev), _f32(B, M, device=dev)) if has_h0 else (None, None)
         _scan(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
-              seg=seg, x=(d_out_r, d_out_i), y=(grad_br, grad_bi), init=d_last,
-              h=(out_r, out_i), h0=(h0_r, h0_i), gh0=gh0, g_ctl=g_ctl, g_spec=g_spec)
-        if plan.atomic:
-            grad_eta, grad_delta = g_ctl
-            grad_nu_log, grad_theta_log = g_spec
-        else:  # fixed-order torch reductions: deterministic
-            grad_eta, grad_delta = (g.sum(-1) for g in g_ctl)
-            grad_nu_log, grad_theta_log = (g.sum((0, 1)) for g in g_spec)
-        return (None, None, grad_eta.to(eta.dtype), grad_delta.to(delta.dtype),
-                grad_nu_log.to(nu_log.dtype), grad_theta_log.to(theta_log.dtype), grad_br,
-                grad_bi, gh0[0].to(h0r_dtype) if has_h0 else None,
-                gh0[1].to(h0i_dtype) if has_h0 else None)
+              seg=seg, x=d_out, y=grad_b, init=d_last, h=(out_r, out_i), h0=(h0_r, h0_i),
+              gh0=gh0, g_ctl=g_ctl, g_spec=g_spec)
+        # atomics accumulated the gradients themselves; partials: over mode tiles / chunks and
+        # batch rows
+        grads = (*g_ctl, *g_spec) if plan.atomic else _grads.sum_partials(g_ctl, g_spec)
+        return _grads.input_grads(grads, (eta, delta, nu_log, theta_log), grad_b, gh0,
+                                  (h0r_dtype, h0i_dtype))
 
 
 def chunk_scan(inputs: ScanInputs, plan: ChunkPlan) -> ScanOutput:
     """Run the chunk-family scan of ``plan`` on validated ``inputs`` (differentiable)."""
-    h0_r, h0_i = inputs.initial_state or (None, None)
-    out_r, out_i, last_r, last_i = _ChunkScan.apply(
-        plan, inputs.segment_pos, inputs.eta, inputs.delta, inputs.nu_log, inputs.theta_log,
-        inputs.br, inputs.bi, h0_r, h0_i)
-    return ScanOutput(out_r, out_i, (last_r, last_i) if inputs.output_final_state else None)
+    return _grads.apply_scan(_ChunkScan, inputs, plan)
 
 
 # member -> (prefix over chunk maps, config field holding its block / group size)

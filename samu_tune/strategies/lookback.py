@@ -28,7 +28,7 @@ from ..kernels import complex_math, lookback as lookback_kernels, tile
 from ..problem import ScanProblem
 from ..registry import Capability, Strategy, register
 from ..tensors import ScanInputs, ScanOutput
-from . import _alloc
+from . import _alloc, _grads
 
 # register budget, in tile elements per thread.  ptxas for sm_90 (Triton 3.9 PTX, bf16):
 # 8 per thread -> forward ~96-113 registers, backward ~144-185, no spills; 16 per thread ->
@@ -183,8 +183,7 @@ class _LookbackScan(torch.autograd.Function):
                 seg=seg, x=(br, bi), h0=(h0_r, h0_i), y=(out_r, out_i), end=(last_r, last_i))
         ctx.plan = plan
         ctx.shape = (B, L, M)
-        ctx.dtypes = (br.dtype, bi.dtype,
-                      None if h0_r is None else h0_r.dtype, None if h0_i is None else h0_i.dtype)
+        ctx.dtypes = _grads.dtypes(br, bi, h0_r, h0_i)
         ctx.save_for_backward(seg, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i)
         return out_r, out_i, last_r, last_i
 
@@ -194,43 +193,28 @@ class _LookbackScan(torch.autograd.Function):
         plan: LookbackPlan = ctx.plan
         B, L, M = ctx.shape
         dev = out_r.device
-        d_out_r, d_out_i = d_out_r.contiguous(), d_out_i.contiguous()
-        d_last_r = d_last_r.to(torch.float32).contiguous()
-        d_last_i = d_last_i.to(torch.float32).contiguous()
         br_dtype, bi_dtype, h0r_dtype, h0i_dtype = ctx.dtypes
-        grad_br = _alloc.empty(B, L, M, dtype=br_dtype, device=dev)
-        grad_bi = _alloc.empty(B, L, M, dtype=bi_dtype, device=dev)
+        d_out, d_last, grad_b, gh0 = _grads.backward_buffers(
+            d_out_r, d_out_i, d_last_r, d_last_i, (B, L, M), (br_dtype, bi_dtype),
+            h0_r is not None, dev)
         nmt = n_mode_tiles(M, plan.block_m)
         nch = n_chunks(L, plan.chunk * plan.sub)
         p_eta = _alloc.empty(B, L, nmt, dtype=torch.float32, device=dev)
         p_delta = _alloc.empty(B, L, nmt, dtype=torch.float32, device=dev)
         p_nu = _alloc.empty(B, nch, M, dtype=torch.float32, device=dev)
         p_theta = _alloc.empty(B, nch, M, dtype=torch.float32, device=dev)
-        has_h0 = h0_r is not None
-        gh0 = ((_alloc.empty(B, M, dtype=torch.float32, device=dev),
-                _alloc.empty(B, M, dtype=torch.float32, device=dev)) if has_h0 else (None, None))
         _launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
-                seg=seg, x=(d_out_r, d_out_i), h0=(h0_r, h0_i), y=(out_r, out_i),
-                end=(d_last_r, d_last_i), gx=(grad_br, grad_bi), gh0=gh0,
-                p_ctl=(p_eta, p_delta), p_spec=(p_nu, p_theta))
-        # fixed-order torch reductions over mode tiles / chunks and batch rows: deterministic
-        grad_eta = p_eta.sum(-1).to(eta.dtype)
-        grad_delta = p_delta.sum(-1).to(delta.dtype)
-        grad_nu_log = p_nu.sum((0, 1)).to(nu_log.dtype)
-        grad_theta_log = p_theta.sum((0, 1)).to(theta_log.dtype)
-        grad_h0_r = gh0[0].to(h0r_dtype) if has_h0 else None
-        grad_h0_i = gh0[1].to(h0i_dtype) if has_h0 else None
-        return (None, None, grad_eta, grad_delta, grad_nu_log, grad_theta_log, grad_br, grad_bi,
-                grad_h0_r, grad_h0_i)
+                seg=seg, x=d_out, h0=(h0_r, h0_i), y=(out_r, out_i), end=d_last, gx=grad_b,
+                gh0=gh0, p_ctl=(p_eta, p_delta), p_spec=(p_nu, p_theta))
+        # over mode tiles / chunks and batch rows
+        grads = _grads.sum_partials((p_eta, p_delta), (p_nu, p_theta))
+        return _grads.input_grads(grads, (eta, delta, nu_log, theta_log), grad_b, gh0,
+                                  (h0r_dtype, h0i_dtype))
 
 
 def lookback_scan(inputs: ScanInputs, plan: LookbackPlan) -> ScanOutput:
     """Run the look-back scan of ``plan`` on validated ``inputs`` (differentiable)."""
-    h0_r, h0_i = inputs.initial_state or (None, None)
-    out_r, out_i, last_r, last_i = _LookbackScan.apply(
-        plan, inputs.segment_pos, inputs.eta, inputs.delta, inputs.nu_log, inputs.theta_log,
-        inputs.br, inputs.bi, h0_r, h0_i)
-    return ScanOutput(out_r, out_i, (last_r, last_i) if inputs.output_final_state else None)
+    return _grads.apply_scan(_LookbackScan, inputs, plan)
 
 
 def run(inputs: ScanInputs, cfg: LookbackConfig) -> ScanOutput:

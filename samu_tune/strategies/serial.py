@@ -22,7 +22,7 @@ from ..kernels import complex_math, decay, serial as serial_kernels, tile
 from ..problem import ScanProblem
 from ..registry import Capability, Strategy, register
 from ..tensors import ScanInputs, ScanOutput
-from . import _alloc
+from . import _alloc, _grads
 
 # radial_decay tile: 8 tokens x 128 modes, 8 elements per thread at 4 warps
 _DECAY_ROWS, _DECAY_MODES, _DECAY_WARPS = 8, 128, 4
@@ -130,8 +130,7 @@ class _SerialScan(torch.autograd.Function):
                 end=(last_r, last_i))
         ctx.plan = plan
         ctx.shape = (B, L, M)
-        ctx.dtypes = (eta.dtype, delta.dtype, nu_log.dtype, theta_log.dtype, br.dtype, bi.dtype,
-                      None if h0_r is None else h0_r.dtype, None if h0_i is None else h0_i.dtype)
+        ctx.dtypes = _grads.dtypes(br, bi, h0_r, h0_i)
         ctx.save_for_backward(seg, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i, rho)
         return out_r, out_i, last_r, last_i
 
@@ -141,42 +140,27 @@ class _SerialScan(torch.autograd.Function):
         plan: SerialPlan = ctx.plan
         B, L, M = ctx.shape
         dev = out_r.device
-        d_out_r, d_out_i = d_out_r.contiguous(), d_out_i.contiguous()
-        d_last_r = d_last_r.to(torch.float32).contiguous()
-        d_last_i = d_last_i.to(torch.float32).contiguous()
-        _, _, _, _, br_dtype, bi_dtype, h0r_dtype, h0i_dtype = ctx.dtypes
-        grad_br = _alloc.empty(B, L, M, dtype=br_dtype, device=dev)
-        grad_bi = _alloc.empty(B, L, M, dtype=bi_dtype, device=dev)
+        br_dtype, bi_dtype, h0r_dtype, h0i_dtype = ctx.dtypes
+        d_out, d_last, grad_b, gh0 = _grads.backward_buffers(
+            d_out_r, d_out_i, d_last_r, d_last_i, (B, L, M), (br_dtype, bi_dtype),
+            h0_r is not None, dev)
         nmb = n_mode_blocks(M, plan.block_m)
         p_eta = _alloc.empty(B, L, nmb, dtype=torch.float32, device=dev)
         p_delta = _alloc.empty(B, L, nmb, dtype=torch.float32, device=dev)
         p_nu = _alloc.empty(B, M, dtype=torch.float32, device=dev)
         p_theta = _alloc.empty(B, M, dtype=torch.float32, device=dev)
-        has_h0 = h0_r is not None
-        gh0 = ((_alloc.empty(B, M, dtype=torch.float32, device=dev),
-                _alloc.empty(B, M, dtype=torch.float32, device=dev)) if has_h0 else (None, None))
         _launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
-                seg=seg, rho=rho, x=(d_out_r, d_out_i), h0=(h0_r, h0_i), y=(out_r, out_i),
-                end=(d_last_r, d_last_i), gx=(grad_br, grad_bi), gh0=gh0,
-                p_ctl=(p_eta, p_delta), p_spec=(p_nu, p_theta))
-        # fixed-order torch reductions over mode tiles / batch rows: deterministic
-        grad_eta = p_eta.sum(-1).to(eta.dtype)
-        grad_delta = p_delta.sum(-1).to(delta.dtype)
-        grad_nu_log = p_nu.sum(0).to(nu_log.dtype)
-        grad_theta_log = p_theta.sum(0).to(theta_log.dtype)
-        grad_h0_r = gh0[0].to(h0r_dtype) if has_h0 else None
-        grad_h0_i = gh0[1].to(h0i_dtype) if has_h0 else None
-        return (None, None, grad_eta, grad_delta, grad_nu_log, grad_theta_log, grad_br, grad_bi,
-                grad_h0_r, grad_h0_i)
+                seg=seg, rho=rho, x=d_out, h0=(h0_r, h0_i), y=(out_r, out_i), end=d_last,
+                gx=grad_b, gh0=gh0, p_ctl=(p_eta, p_delta), p_spec=(p_nu, p_theta))
+        # over mode tiles / batch rows
+        grads = _grads.sum_partials((p_eta, p_delta), (p_nu, p_theta))
+        return _grads.input_grads(grads, (eta, delta, nu_log, theta_log), grad_b, gh0,
+                                  (h0r_dtype, h0i_dtype))
 
 
 def serial_scan(inputs: ScanInputs, plan: SerialPlan) -> ScanOutput:
     """Run the serial walk of ``plan`` on validated ``inputs`` (differentiable)."""
-    h0_r, h0_i = inputs.initial_state or (None, None)
-    out_r, out_i, last_r, last_i = _SerialScan.apply(
-        plan, inputs.segment_pos, inputs.eta, inputs.delta, inputs.nu_log, inputs.theta_log,
-        inputs.br, inputs.bi, h0_r, h0_i)
-    return ScanOutput(out_r, out_i, (last_r, last_i) if inputs.output_final_state else None)
+    return _grads.apply_scan(_SerialScan, inputs, plan)
 
 
 def run(inputs: ScanInputs, cfg: SerialConfig) -> ScanOutput:

@@ -1,0 +1,68 @@
+"""Autograd plumbing shared by the Triton strategies (``serial``, ``lookback``, chunk family).
+
+Each strategy's ``torch.autograd.Function`` takes ``(plan, seg, eta, delta, nu_log,
+theta_log, br, bi, h0_r, h0_i)`` and returns ``(out_r, out_i, last_r, last_i)``; its backward
+runs the reverse scan into the buffers of :func:`backward_buffers` and returns
+:func:`input_grads`.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ..tensors import ScanInputs, ScanOutput
+from . import _alloc
+
+Pair = tuple[Optional[torch.Tensor], Optional[torch.Tensor]]
+
+
+def apply_scan(function: type[torch.autograd.Function], inputs: ScanInputs, plan) -> ScanOutput:
+    """Run ``function`` with ``plan`` on validated ``inputs`` (differentiable)."""
+    h0_r, h0_i = inputs.initial_state or (None, None)
+    out_r, out_i, last_r, last_i = function.apply(
+        plan, inputs.segment_pos, inputs.eta, inputs.delta, inputs.nu_log, inputs.theta_log,
+        inputs.br, inputs.bi, h0_r, h0_i)
+    return ScanOutput(out_r, out_i, (last_r, last_i) if inputs.output_final_state else None)
+
+
+def dtypes(*tensors: Optional[torch.Tensor]) -> tuple[Optional[torch.dtype], ...]:
+    """Each tensor's dtype (None for None), saved in forward to cast the gradients back."""
+    return tuple(None if t is None else t.dtype for t in tensors)
+
+
+def backward_buffers(d_out_r, d_out_i, d_last_r, d_last_i, shape: tuple[int, int, int],
+                     b_dtypes: tuple[torch.dtype, torch.dtype], has_h0: bool,
+                     device: torch.device) -> tuple[Pair, Pair, Pair, Pair]:
+    """Incoming gradients as the kernels read them and the outputs they write.
+
+    Returns ``d_out`` (contiguous, [B, L, M]), ``d_last`` (fp32 contiguous, [B, M]),
+    ``grad_b`` (grad br / bi, [B, L, M] in br's / bi's dtype) and ``gh0`` (fp32 [B, M] when
+    there is an initial state, else None)."""
+    B, L, M = shape
+    d_out = (d_out_r.contiguous(), d_out_i.contiguous())
+    d_last = (d_last_r.to(torch.float32).contiguous(), d_last_i.to(torch.float32).contiguous())
+    grad_b = (_alloc.empty(B, L, M, dtype=b_dtypes[0], device=device),
+              _alloc.empty(B, L, M, dtype=b_dtypes[1], device=device))
+    gh0 = ((_alloc.empty(B, M, dtype=torch.float32, device=device),
+            _alloc.empty(B, M, dtype=torch.float32, device=device)) if has_h0 else (None, None))
+    return d_out, d_last, grad_b, gh0
+
+
+def sum_partials(p_ctl: Pair, p_spec: Pair) -> tuple[torch.Tensor, ...]:
+    """Fixed-order torch reductions (deterministic): control partials [B, L, n_tiles] over
+    mode tiles -> [B, L]; spectrum partials [..., M] over every leading dim -> [M].
+    Returns (grad eta, grad delta, grad nu_log, grad theta_log), fp32."""
+    ctl = tuple(p.sum(-1) for p in p_ctl)
+    spec = tuple(p.sum(tuple(range(p.dim() - 1))) for p in p_spec)
+    return (*ctl, *spec)
+
+
+def input_grads(grads: tuple[torch.Tensor, ...], like: tuple[torch.Tensor, ...], grad_b: Pair,
+                gh0: Pair, h0_dtypes: tuple) -> tuple:
+    """The Function's backward result: no gradient for plan and seg; ``grads`` (of eta, delta,
+    nu_log, theta_log) cast to the dtypes of ``like`` (the saved eta, delta, nu_log,
+    theta_log); grad br, bi; grad h0 cast to ``h0_dtypes`` when there is an initial state."""
+    casts = tuple(g.to(t.dtype) for g, t in zip(grads, like, strict=True))
+    gh0_cast = tuple(None if g is None else g.to(d) for g, d in zip(gh0, h0_dtypes, strict=True))
+    return (None, None, *casts, *grad_b, *gh0_cast)
