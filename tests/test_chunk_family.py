@@ -11,11 +11,14 @@ import triton
 from samu_tune import registry
 from samu_tune.kernels import prefix as prefix_kernels
 from samu_tune.problem import ScanProblem
-from samu_tune.reference import scan_reference
 from samu_tune.strategies.chunk import ChunkConfig
 from samu_tune.strategies.grouped import GroupedConfig
 from samu_tune.strategies.hierarchical import HierarchicalConfig
 from samu_tune.verify import random_inputs, verify
+
+from _helpers import (assert_final_state_grads_match_reference, assert_forward_only_under_no_grad,
+                      assert_reset_at_t0_cuts_h0_off, check as _check, compiled_binaries,
+                      cpu_problem, grads)
 
 FAMILY = ("chunk", "hierarchical", "grouped")
 _MODEL = {"chunk": ChunkConfig, "hierarchical": HierarchicalConfig, "grouped": GroupedConfig}
@@ -26,17 +29,8 @@ def _cfg(name, **kw):
 
 
 def _problem(B, L, M, **kw) -> ScanProblem:
-    kw.setdefault("device", "cpu")
     kw.setdefault("dtype", "float32")
-    return ScanProblem(B=B, L=L, M=M, **kw)
-
-
-def _check(name, cfg, problem, inputs=None, seed=0):
-    strat = registry.get(name)
-    assert strat.valid(problem, cfg), cfg
-    inputs = inputs if inputs is not None else random_inputs(problem, seed=seed)
-    failure = verify(lambda inp: strat.run(inp, cfg), inputs, problem, seed=seed)
-    assert failure is None, f"{name} {cfg!r}: {failure}"
+    return cpu_problem(B, L, M, **kw)
 
 
 @pytest.mark.parametrize("name", FAMILY)
@@ -85,11 +79,8 @@ def test_resets_on_and_inside_chunk_boundaries(name, intra):
     cfg = _cfg(name, chunk=16, block_m=16, num_warps=2, intra=intra)
     _check(name, cfg, problem, inputs=inputs.replace(segment_pos=seg), seed=3)
     # row 0 resets at t = 0: its h0 gets no gradient; row 1 does
-    h0 = tuple(h.clone().requires_grad_(True) for h in inputs.initial_state)
-    out = registry.get(name).run(inputs.replace(segment_pos=seg, initial_state=h0), cfg)
-    (out.real.sum() + out.imag.sum() + out.final_state[0].sum()).backward()
-    assert torch.all(h0[0].grad[0] == 0) and torch.all(h0[1].grad[0] == 0)
-    assert torch.any(h0[0].grad[1] != 0)
+    assert_reset_at_t0_cuts_h0_off(lambda inp: registry.get(name).run(inp, cfg),
+                                   inputs.replace(segment_pos=seg))
 
 
 @pytest.mark.parametrize("name,intra", [(n, "scan") for n in FAMILY] + [("chunk", "walk")])
@@ -97,22 +88,7 @@ def test_gradient_through_the_final_state_only(name, intra):
     problem = _problem(2, 40, 6, initial_state=True, final_state=True)
     inputs = random_inputs(problem, seed=2)
     cfg = _cfg(name, chunk=16, block_m=16, num_warps=2, intra=intra)
-
-    def grads(fn, dtype):
-        leaves = [t.detach().to(dtype).requires_grad_(True) for t in inputs.differentiable()]
-        eta, delta, nu_log, theta_log, br, bi, h0r, h0i = leaves
-        out = fn(eta, delta, nu_log, theta_log, br, bi, (h0r, h0i))
-        (out.final_state[0].double().sum() - 2 * out.final_state[1].double().sum()).backward()
-        return [leaf.grad for leaf in leaves]
-
-    got = grads(lambda *a: registry.get(name).run(inputs.replace(
-        eta=a[0], delta=a[1], nu_log=a[2], theta_log=a[3], br=a[4], bi=a[5],
-        initial_state=a[6]), cfg), torch.float32)
-    want = grads(lambda *a: scan_reference(*a[:6], initial_state=a[6],
-                                           output_final_state=True), torch.float64)
-    for g, w in zip(got, want):
-        assert g is not None
-        torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-5)
+    assert_final_state_grads_match_reference(lambda inp: registry.get(name).run(inp, cfg), inputs)
 
 
 @pytest.mark.parametrize("name", FAMILY)
@@ -136,16 +112,11 @@ def test_atomic_reduce_matches_reference_and_partials(name, intra):
     partials = _cfg(name, reduce="partials", **tile)
     _check(name, atomic, problem, inputs=inputs, seed=6)
 
-    def grads(cfg):
-        leaves = [t.detach().clone().requires_grad_(True) for t in inputs.differentiable()]
-        eta, delta, nu_log, theta_log, br, bi, h0r, h0i = leaves
-        out = registry.get(name).run(inputs.replace(
-            eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log, br=br, bi=bi,
-            initial_state=(h0r, h0i)), cfg)
-        (out.real.sum() - out.imag.sum() + out.final_state[1].sum()).backward()
-        return [leaf.grad for leaf in leaves]
+    def run(cfg):
+        return grads(lambda inp: registry.get(name).run(inp, cfg), inputs,
+                     lambda out: out.real.sum() - out.imag.sum() + out.final_state[1].sum())
 
-    for a, p in zip(grads(atomic), grads(partials)):
+    for a, p in zip(run(atomic), run(partials)):
         torch.testing.assert_close(a, p, rtol=1e-5, atol=1e-5)
     strat = registry.get(name)
     assert not strat.valid(problem.model_copy(update={"deterministic": True}), atomic)
@@ -158,16 +129,11 @@ def test_backward_is_bitwise_reproducible(name, intra):
     inputs = random_inputs(problem, seed=4)
     cfg = _cfg(name, chunk=16, block_m=16, num_warps=2, intra=intra)
 
-    def grads():
-        leaves = [t.detach().clone().requires_grad_(True) for t in inputs.differentiable()]
-        eta, delta, nu_log, theta_log, br, bi, h0r, h0i = leaves
-        out = registry.get(name).run(inputs.replace(
-            eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log, br=br, bi=bi,
-            initial_state=(h0r, h0i)), cfg)
-        (out.real.sum() + 3 * out.imag.sum() + out.final_state[1].sum()).backward()
-        return [leaf.grad for leaf in leaves]
+    def run():
+        return grads(lambda inp: registry.get(name).run(inp, cfg), inputs,
+                     lambda out: out.real.sum() + 3 * out.imag.sum() + out.final_state[1].sum())
 
-    for a, b in zip(grads(), grads()):
+    for a, b in zip(run(), run()):
         assert torch.equal(a, b)
 
 
@@ -176,12 +142,8 @@ def test_forward_only_under_no_grad(name):
     problem = _problem(1, 21, 4, dtype="bfloat16", final_state=True, backward=False)
     inputs = random_inputs(problem, seed=1)
     strat = registry.get(name)
-    with torch.no_grad():
-        out = strat.run(inputs, strat.default_config(problem))
-    want = scan_reference(inputs.eta, inputs.delta, inputs.nu_log, inputs.theta_log, inputs.br,
-                          inputs.bi, output_final_state=True)
-    torch.testing.assert_close(out.final_state[0], want.final_state[0], rtol=1e-4, atol=1e-4)
-    assert not out.real.requires_grad
+    assert_forward_only_under_no_grad(lambda inp: strat.run(inp, strat.default_config(problem)),
+                                      inputs)
 
 
 @pytest.mark.parametrize("variant", ["serial", "blocked", "grouped"])
@@ -291,14 +253,6 @@ def test_workspace_counts_summaries_carries_and_partials():
 
 
 # ---- GPU -------------------------------------------------------------------------------
-
-def compiled_binaries(fn) -> int:
-    """Compiled binaries held by a JITFunction, summed over devices (see test_serial_family)."""
-    caches = getattr(fn, "device_caches", None)
-    if caches is not None:
-        return sum(len(entry[0]) for entry in caches.values())
-    return sum(len(c) for c in fn.cache.values())
-
 
 _GPU_CFGS = {
     "chunk": ChunkConfig(chunk=32, block_m=64, num_warps=8),

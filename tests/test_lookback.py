@@ -21,13 +21,10 @@ from samu_tune.strategies import lookback as lb
 from samu_tune.strategies.lookback import LookbackConfig, LookbackPlan
 from samu_tune.verify import random_inputs, verify
 
+from _helpers import assert_reset_at_t0_cuts_h0_off, cpu_problem as _problem
+
 SMALL = LookbackConfig(chunk=16, block_m=16, num_warps=2, lookback="decoupled")
 CHAINED = SMALL.model_copy(update={"lookback": "chained"})
-
-
-def _problem(B, L, M, **kw) -> ScanProblem:
-    kw.setdefault("device", "cpu")
-    return ScanProblem(B=B, L=L, M=M, **kw)
 
 
 def _run(plan):
@@ -113,11 +110,7 @@ def test_resets_on_and_inside_chunk_boundaries():
                  LookbackPlan.of(CHAINED), LookbackPlan.of(CHAINED, window=3)):
         _check(plan, problem, inputs=inputs, seed=3)
     # a reset at t = 0 cuts h0 off: zero gradient for row 0 only
-    h0 = tuple(h.clone().requires_grad_(True) for h in inputs.initial_state)
-    out = lb.lookback_scan(inputs.replace(initial_state=h0), LookbackPlan.of(SMALL))
-    (out.real.sum() + out.imag.sum() + out.final_state[0].sum()).backward()
-    assert torch.all(h0[0].grad[0] == 0) and torch.all(h0[1].grad[0] == 0)
-    assert torch.any(h0[0].grad[1] != 0)
+    assert_reset_at_t0_cuts_h0_off(_run(LookbackPlan.of(SMALL)), inputs)
 
 
 def test_gradient_through_the_final_state_only():
@@ -289,7 +282,7 @@ def test_gpu_benchmark_shapes_match_serial(shape):
 def test_a_new_shape_does_not_recompile(cfg):
     from samu_tune.kernels import lookback as lookback_kernels
     from samu_tune.settings import settings
-    from test_serial_family import compiled_binaries
+    from _helpers import compiled_binaries
     if settings().interpret:
         pytest.skip("counts compiled binaries: needs TRITON_INTERPRET=0")
     shapes = [(2, 37, 20), (3, 64, 48), (1, 1, 1), (4, 129, 97)]

@@ -8,25 +8,15 @@ import torch
 
 from samu_tune import registry
 from samu_tune.problem import ScanProblem
-from samu_tune.reference import scan_reference
 from samu_tune.strategies import serial as serial_strategy
 from samu_tune.strategies.serial import SerialConfig
 from samu_tune.verify import random_inputs, verify
 
+from _helpers import (assert_final_state_grads_match_reference, assert_forward_only_under_no_grad,
+                      assert_reset_at_t0_cuts_h0_off, check as _check, compiled_binaries,
+                      cpu_problem as _problem, grads)
+
 FAMILY = ("serial", "precomputed_decay")
-
-
-def _problem(B, L, M, **kw) -> ScanProblem:
-    kw.setdefault("device", "cpu")
-    return ScanProblem(B=B, L=L, M=M, **kw)
-
-
-def _check(name, cfg, problem, inputs=None, seed=0):
-    strat = registry.get(name)
-    assert strat.valid(problem, cfg), cfg
-    inputs = inputs if inputs is not None else random_inputs(problem, seed=seed)
-    failure = verify(lambda inp: strat.run(inp, cfg), inputs, problem, seed=seed)
-    assert failure is None, f"{name} {cfg!r}: {failure}"
 
 
 @pytest.mark.parametrize("name", FAMILY)
@@ -46,11 +36,8 @@ def test_reset_at_t0_zeroes_the_initial_state_gradient(name):
     inputs = inputs.replace(segment_pos=seg)
     cfg = SerialConfig(block_m=16, num_warps=1)
     _check(name, cfg, problem, inputs=inputs, seed=3)
-    h0 = tuple(h.clone().requires_grad_(True) for h in inputs.initial_state)
-    out = registry.get(name).run(inputs.replace(initial_state=h0), cfg)
-    (out.real.sum() + out.imag.sum() + out.final_state[0].sum()).backward()
-    assert torch.all(h0[0].grad[0] == 0) and torch.all(h0[1].grad[0] == 0)
-    assert torch.any(h0[0].grad[1] != 0)                 # row 1 has no reset at t = 0
+    # row 1 has no reset at t = 0
+    assert_reset_at_t0_cuts_h0_off(lambda inp: registry.get(name).run(inp, cfg), inputs)
 
 
 @pytest.mark.parametrize("name", FAMILY)
@@ -69,34 +56,15 @@ def test_gradient_through_the_final_state_only(name):
     problem = _problem(2, 8, 6, dtype="float32", initial_state=True, final_state=True)
     inputs = random_inputs(problem, seed=2)
     cfg = serial_strategy.default(problem)
-
-    def grads(fn, dtype):
-        leaves = [t.detach().to(dtype).requires_grad_(True) for t in inputs.differentiable()]
-        eta, delta, nu_log, theta_log, br, bi, h0r, h0i = leaves
-        out = fn(eta, delta, nu_log, theta_log, br, bi, (h0r, h0i))
-        (out.final_state[0].double().sum() - 2 * out.final_state[1].double().sum()).backward()
-        return [leaf.grad for leaf in leaves]
-
-    got = grads(lambda *a: registry.get(name).run(inputs.replace(
-        eta=a[0], delta=a[1], nu_log=a[2], theta_log=a[3], br=a[4], bi=a[5],
-        initial_state=a[6]), cfg), torch.float32)
-    want = grads(lambda *a: scan_reference(*a[:6], initial_state=a[6],
-                                           output_final_state=True), torch.float64)
-    for g, w in zip(got, want):
-        assert g is not None
-        torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-5)
+    assert_final_state_grads_match_reference(lambda inp: registry.get(name).run(inp, cfg), inputs)
 
 
 @pytest.mark.parametrize("name", FAMILY)
 def test_forward_only_under_no_grad(name):
     problem = _problem(1, 5, 4, dtype="bfloat16", final_state=True, backward=False)
     inputs = random_inputs(problem, seed=1)
-    with torch.no_grad():
-        out = registry.get(name).run(inputs, SerialConfig(block_m=16))
-    want = scan_reference(inputs.eta, inputs.delta, inputs.nu_log, inputs.theta_log, inputs.br,
-                          inputs.bi, output_final_state=True)
-    torch.testing.assert_close(out.final_state[0], want.final_state[0], rtol=1e-4, atol=1e-4)
-    assert not out.real.requires_grad
+    assert_forward_only_under_no_grad(
+        lambda inp: registry.get(name).run(inp, SerialConfig(block_m=16)), inputs)
 
 
 @pytest.mark.parametrize("name", FAMILY)
@@ -106,16 +74,11 @@ def test_backward_is_bitwise_reproducible(name):
     inputs = random_inputs(problem, seed=4)
     cfg = SerialConfig(block_m=16, num_warps=1)
 
-    def grads():
-        leaves = [t.detach().clone().requires_grad_(True) for t in inputs.differentiable()]
-        eta, delta, nu_log, theta_log, br, bi, h0r, h0i = leaves
-        out = registry.get(name).run(inputs.replace(
-            eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log, br=br, bi=bi,
-            initial_state=(h0r, h0i)), cfg)
-        (out.real.sum() + 3 * out.imag.sum() + out.final_state[1].sum()).backward()
-        return [leaf.grad for leaf in leaves]
+    def run():
+        return grads(lambda inp: registry.get(name).run(inp, cfg), inputs,
+                     lambda out: out.real.sum() + 3 * out.imag.sum() + out.final_state[1].sum())
 
-    for a, b in zip(grads(), grads()):
+    for a, b in zip(run(), run()):
         assert torch.equal(a, b)
 
 
@@ -169,18 +132,6 @@ def test_radial_decay_kernel():
 
 
 # ---- GPU: one binary for every shape ---------------------------------------------------
-
-def compiled_binaries(fn) -> int:
-    """Compiled binaries held by a JITFunction, summed over devices.
-
-    Triton 3.x keeps ``device_caches[device] = (kernel_cache, ...)`` (3.6: 4-tuple, 3.9:
-    5-tuple, kernel_cache first either way); older versions ``cache[device] = kernel_cache``.
-    """
-    caches = getattr(fn, "device_caches", None)
-    if caches is not None:
-        return sum(len(entry[0]) for entry in caches.values())
-    return sum(len(c) for c in fn.cache.values())
-
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", FAMILY)
