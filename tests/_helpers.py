@@ -77,6 +77,21 @@ def assert_forward_only_under_no_grad(run, inputs):
     assert not out.real.requires_grad
 
 
+def binaries_over_shapes(run, kernels, shapes, label=""):
+    """For each (B, L, M) of ``shapes``: ``run`` passes ``verify`` on a bf16 CUDA problem with
+    resets, h0 and final state (seed B); then the compiled binaries of each of ``kernels``.
+    Returns one list of counts per shape."""
+    counts = []
+    for B, L, M in shapes:
+        problem = ScanProblem(B=B, L=L, M=M, dtype="bfloat16", device="cuda", resets=True,
+                              initial_state=True, final_state=True)
+        failure = verify(run, random_inputs(problem, seed=B), problem, seed=B)
+        assert failure is None, f"{label}{(B, L, M)}: {failure}"
+        torch.cuda.synchronize()
+        counts.append([compiled_binaries(k) for k in kernels])
+    return counts
+
+
 def compiled_binaries(fn) -> int:
     """Compiled binaries held by a JITFunction, summed over devices.
 

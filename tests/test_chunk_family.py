@@ -17,7 +17,7 @@ from samu_tune.strategies.hierarchical import HierarchicalConfig
 from samu_tune.verify import random_inputs, verify
 
 from _helpers import (assert_final_state_grads_match_reference, assert_forward_only_under_no_grad,
-                      assert_reset_at_t0_cuts_h0_off, check as _check, compiled_binaries,
+                      assert_reset_at_t0_cuts_h0_off, binaries_over_shapes, check as _check,
                       cpu_problem, grads)
 
 FAMILY = ("chunk", "hierarchical", "grouped")
@@ -297,14 +297,7 @@ def test_a_new_shape_does_not_recompile(case):
     name = case.split("-")[0]
     # L, M, chunk counts differ in divisibility by 16 and in being 1
     shapes = [(2, 37, 20), (3, 640, 48), (1, 1, 1), (4, 1029, 97)]
-    counts = []
-    for B, L, M in shapes:
-        problem = ScanProblem(B=B, L=L, M=M, dtype="bfloat16", device="cuda", resets=True,
-                              initial_state=True, final_state=True)
-        failure = verify(lambda inp: registry.get(name).run(inp, cfg),
-                         random_inputs(problem, seed=B), problem, seed=B)
-        assert failure is None, f"{name} {(B, L, M)}: {failure}"
-        torch.cuda.synchronize()
-        counts.append([compiled_binaries(k) for k in kernels])
+    counts = binaries_over_shapes(lambda inp: registry.get(name).run(inp, cfg), kernels, shapes,
+                                  f"{name} ")
     assert counts[0][0] >= 2 and counts[0][1] >= 2, counts   # forward and reverse
     assert all(c == counts[0] for c in counts[1:]), counts

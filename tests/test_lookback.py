@@ -21,7 +21,7 @@ from samu_tune.strategies import lookback as lb
 from samu_tune.strategies.lookback import LookbackConfig, LookbackPlan
 from samu_tune.verify import random_inputs, verify
 
-from _helpers import assert_reset_at_t0_cuts_h0_off, cpu_problem as _problem
+from _helpers import assert_reset_at_t0_cuts_h0_off, binaries_over_shapes, cpu_problem as _problem
 
 SMALL = LookbackConfig(chunk=16, block_m=16, num_warps=2, lookback="decoupled")
 CHAINED = SMALL.model_copy(update={"lookback": "chained"})
@@ -282,18 +282,10 @@ def test_gpu_benchmark_shapes_match_serial(shape):
 def test_a_new_shape_does_not_recompile(cfg):
     from samu_tune.kernels import lookback as lookback_kernels
     from samu_tune.settings import settings
-    from _helpers import compiled_binaries
     if settings().interpret:
         pytest.skip("counts compiled binaries: needs TRITON_INTERPRET=0")
     shapes = [(2, 37, 20), (3, 64, 48), (1, 1, 1), (4, 129, 97)]
-    counts = []
-    for B, L, M in shapes:
-        problem = ScanProblem(B=B, L=L, M=M, dtype="bfloat16", device="cuda", resets=True,
-                              initial_state=True, final_state=True)
-        failure = verify(lambda inp: lb.run(inp, cfg), random_inputs(problem, seed=B), problem,
-                         seed=B)
-        assert failure is None, f"{(B, L, M)}: {failure}"
-        torch.cuda.synchronize()
-        counts.append(compiled_binaries(lookback_kernels.lookback_scan))
+    counts = [c[0] for c in binaries_over_shapes(lambda inp: lb.run(inp, cfg),
+                                                 [lookback_kernels.lookback_scan], shapes)]
     assert counts[0] >= 2, counts         # forward and reverse
     assert all(c == counts[0] for c in counts[1:]), counts

@@ -248,8 +248,7 @@ class _ChunkScan(torch.autograd.Function):
             g_ctl = tuple(torch.zeros(B, L, dtype=torch.float32, device=dev) for _ in range(2))
             g_spec = tuple(torch.zeros(M, dtype=torch.float32, device=dev) for _ in range(2))
         else:
-            g_ctl = tuple(_f32(B, L, nmb, device=dev) for _ in range(2))
-            g_spec = tuple(_f32(B, nc, M, device=dev) for _ in range(2))
+            g_ctl, g_spec = _grads.partials(B, L, nmb, (B, nc, M), dev)
         _scan(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
               seg=seg, x=d_out, y=grad_b, init=d_last, h=(out_r, out_i), h0=(h0_r, h0_i),
               gh0=gh0, g_ctl=g_ctl, g_spec=g_spec)

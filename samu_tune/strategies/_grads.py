@@ -49,6 +49,17 @@ def backward_buffers(d_out_r, d_out_i, d_last_r, d_last_i, shape: tuple[int, int
     return d_out, d_last, grad_b, gh0
 
 
+def partials(B: int, L: int, n_tiles: int, spec_shape: tuple[int, ...],
+             device: torch.device) -> tuple[Pair, Pair]:
+    """Per-program partial gradients, fp32: controls (eta, delta) 2 x [B, L, n_tiles] (one
+    column per mode tile), spectrum (nu_log, theta_log) 2 x ``spec_shape`` (``[..., M]``)."""
+    p_ctl = (_alloc.empty(B, L, n_tiles, dtype=torch.float32, device=device),
+             _alloc.empty(B, L, n_tiles, dtype=torch.float32, device=device))
+    p_spec = (_alloc.empty(*spec_shape, dtype=torch.float32, device=device),
+              _alloc.empty(*spec_shape, dtype=torch.float32, device=device))
+    return p_ctl, p_spec
+
+
 def sum_partials(p_ctl: Pair, p_spec: Pair) -> tuple[torch.Tensor, ...]:
     """Fixed-order torch reductions (deterministic): control partials [B, L, n_tiles] over
     mode tiles -> [B, L]; spectrum partials [..., M] over every leading dim -> [M].

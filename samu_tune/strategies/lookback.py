@@ -158,8 +158,8 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
     dev = x[0].device
     # one memset per launch: the ticket counter and every status start at 0
     sync = torch.zeros(1 + slots, dtype=torch.int32, device=dev)
-    carry = torch.empty(slots * lookback_kernels.SLOT_ROWS.value * plan.block_m, dtype=torch.float32,
-                        device=dev)
+    carry = torch.empty(slots * lookback_kernels.SLOT_ROWS.value * plan.block_m,
+                        dtype=torch.float32, device=dev)
     lookback_kernels.lookback_scan[(slots,)](
         sync, carry, eta, delta, nu_log, theta_log, seg, x[0], x[1], h0[0], h0[1], y[0], y[1],
         end[0], end[1], gx[0], gx[1], gh0[0], gh0[1], p_ctl[0], p_ctl[1], p_spec[0], p_spec[1],
@@ -197,17 +197,13 @@ class _LookbackScan(torch.autograd.Function):
         d_out, d_last, grad_b, gh0 = _grads.backward_buffers(
             d_out_r, d_out_i, d_last_r, d_last_i, (B, L, M), (br_dtype, bi_dtype),
             h0_r is not None, dev)
-        nmt = n_mode_tiles(M, plan.block_m)
         nch = n_chunks(L, plan.chunk * plan.sub)
-        p_eta = _alloc.empty(B, L, nmt, dtype=torch.float32, device=dev)
-        p_delta = _alloc.empty(B, L, nmt, dtype=torch.float32, device=dev)
-        p_nu = _alloc.empty(B, nch, M, dtype=torch.float32, device=dev)
-        p_theta = _alloc.empty(B, nch, M, dtype=torch.float32, device=dev)
+        p_ctl, p_spec = _grads.partials(B, L, n_mode_tiles(M, plan.block_m), (B, nch, M), dev)
         _launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
                 seg=seg, x=d_out, h0=(h0_r, h0_i), y=(out_r, out_i), end=d_last, gx=grad_b,
-                gh0=gh0, p_ctl=(p_eta, p_delta), p_spec=(p_nu, p_theta))
+                gh0=gh0, p_ctl=p_ctl, p_spec=p_spec)
         # over mode tiles / chunks and batch rows
-        grads = _grads.sum_partials((p_eta, p_delta), (p_nu, p_theta))
+        grads = _grads.sum_partials(p_ctl, p_spec)
         return _grads.input_grads(grads, (eta, delta, nu_log, theta_log), grad_b, gh0,
                                   (h0r_dtype, h0i_dtype))
 

@@ -144,16 +144,12 @@ class _SerialScan(torch.autograd.Function):
         d_out, d_last, grad_b, gh0 = _grads.backward_buffers(
             d_out_r, d_out_i, d_last_r, d_last_i, (B, L, M), (br_dtype, bi_dtype),
             h0_r is not None, dev)
-        nmb = n_mode_blocks(M, plan.block_m)
-        p_eta = _alloc.empty(B, L, nmb, dtype=torch.float32, device=dev)
-        p_delta = _alloc.empty(B, L, nmb, dtype=torch.float32, device=dev)
-        p_nu = _alloc.empty(B, M, dtype=torch.float32, device=dev)
-        p_theta = _alloc.empty(B, M, dtype=torch.float32, device=dev)
+        p_ctl, p_spec = _grads.partials(B, L, n_mode_blocks(M, plan.block_m), (B, M), dev)
         _launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
                 seg=seg, rho=rho, x=d_out, h0=(h0_r, h0_i), y=(out_r, out_i), end=d_last,
-                gx=grad_b, gh0=gh0, p_ctl=(p_eta, p_delta), p_spec=(p_nu, p_theta))
+                gx=grad_b, gh0=gh0, p_ctl=p_ctl, p_spec=p_spec)
         # over mode tiles / batch rows
-        grads = _grads.sum_partials((p_eta, p_delta), (p_nu, p_theta))
+        grads = _grads.sum_partials(p_ctl, p_spec)
         return _grads.input_grads(grads, (eta, delta, nu_log, theta_log), grad_b, gh0,
                                   (h0r_dtype, h0i_dtype))
 
