@@ -1,7 +1,8 @@
 """Environment read once: every ``SAMU_TUNE_*`` variable lands in one pydantic model.
 
-Nothing else in the package reads ``os.environ``.  Tests that change the environment call
-:func:`reload_settings`.
+Nothing else in the package reads a setting from ``os.environ`` (the CLI only hands the
+environment on to a child process, and lets ``COLUMNS`` size its console as rich does).  Tests
+that change the environment call :func:`reload_settings`.
 """
 from __future__ import annotations
 
@@ -28,20 +29,27 @@ class Settings(BaseModel):
     verbose: bool = Field(False, description="log dispatch decisions")
     poison: bool = Field(
         False, description="fill fresh output buffers with NaN so unwritten elements show (tests)")
-    # Not a SAMU_TUNE_ variable: Triton's own switch, read here so the rest of the package
-    # asks one place whether Triton kernels may run on CPU tensors.
+    # Not SAMU_TUNE_ variables: Triton's own switch, read here so the rest of the package
+    # asks one place whether Triton kernels may run on CPU tensors (and whether the user set
+    # the switch, which the CLI respects instead of re-running under the interpreter).
     interpret: bool = Field(False, description="TRITON_INTERPRET=1: Triton kernels on CPU")
+    interpret_set: bool = Field(
+        False, description="TRITON_INTERPRET is set at all (even to 0): the user chose")
+
+
+_TRITON_FIELDS = ("interpret", "interpret_set")
 
 
 def _from_env(environ: dict[str, str]) -> Settings:
     raw: dict[str, object] = {}
     for name in Settings.model_fields:
-        if name == "interpret":
+        if name in _TRITON_FIELDS:
             continue
         value = environ.get(_PREFIX + name.upper())
         if value is not None and value != "":
             raw[name] = value
     raw["interpret"] = environ.get("TRITON_INTERPRET", "0") not in ("", "0", "false", "False")
+    raw["interpret_set"] = "TRITON_INTERPRET" in environ
     try:
         return Settings(**raw)
     except ValidationError as exc:

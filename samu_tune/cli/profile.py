@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     shapes = load_shapes(args.shapes)
     names = _strategies(args.strategies)
     device = _device(args.device)
-    if (device == "cpu" and not settings().interpret and "TRITON_INTERPRET" not in os.environ
+    if (device == "cpu" and not settings().interpret and not settings().interpret_set
             and getattr(args, "argv", None) is not None):
         note = console.err() if args.json else console.out()
         note.print("No CUDA GPU found: re-running with TRITON_INTERPRET=1 so the Triton "
