@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 
 import torch
-import triton.testing
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_scan import copy_bandwidth_tbps  # noqa: E402
 from samu_tune import registry, timing  # noqa: E402
 from samu_tune.problem import ScanProblem  # noqa: E402
 from samu_tune.strategies.lookback import LookbackConfig  # noqa: E402
@@ -41,15 +41,6 @@ CONFIGS = [LookbackConfig(chunk=c, block_m=m, num_warps=w, lookback=mode, window
     LookbackConfig(chunk=c, block_m=m, num_warps=w, sub=sub)
     for c, m, w, sub in [(32, 32, 4, 4), (16, 64, 4, 4), (32, 16, 2, 4), (16, 32, 2, 4),
                          (32, 32, 4, 16), (16, 64, 4, 16)]]
-
-
-def copy_bandwidth_tbps() -> float:
-    n = 1 << 30
-    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
-    dst = torch.empty_like(src)
-    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=10, rep=200,
-                                 return_mode="median")
-    return 2 * n / (ms * 1e-3) / 1e12
 
 
 def _outputs_and_grads(fn, inputs, upstream):
