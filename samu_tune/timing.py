@@ -7,11 +7,13 @@
   :func:`now`; results carry ``timing="cpu-wall"`` and are never mixed with GPU ones.
 
 :func:`now` is the CPU clock; tests replace it to make fake strategies' costs exact.
+:func:`copy_bandwidth` is the device's copy speed, the yardstick of the CLI's bandwidth column.
 """
 from __future__ import annotations
 
 import statistics
 import time
+from functools import lru_cache
 from typing import Callable, Literal, Optional, Sequence
 
 import torch
@@ -185,3 +187,30 @@ def reps_for(estimate_ms: float, *, device: torch.device, target_ms: Optional[fl
     if estimate_ms <= 0:
         return hi
     return max(lo, min(hi, int(target_ms / estimate_ms)))
+
+
+@lru_cache(maxsize=None)
+def copy_bandwidth(device_index: int = 0, nbytes: int = 1 << 30, reps: int = 20) -> float:
+    """Bytes per second of ``dst.copy_(src)`` on one CUDA device (read + write counted).
+
+    ``nbytes`` per buffer (capped at an eighth of the free memory), median of ``reps`` timed
+    copies after a warm-up.
+    """
+    device = torch.device("cuda", device_index)
+    free, _ = torch.cuda.mem_get_info(device)
+    n = max(1 << 20, min(nbytes, free // 8)) // 16 * 16
+    src = torch.empty(n, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    src.fill_(1)
+    for _ in range(3):
+        dst.copy_(src)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(reps)]
+    for start, end in events:
+        start.record()
+        dst.copy_(src)
+        end.record()
+    torch.cuda.synchronize(device)
+    ms = statistics.median(s.elapsed_time(e) for s, e in events)
+    del src, dst
+    return 2 * n / (ms * 1e-3)

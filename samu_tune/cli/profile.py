@@ -20,7 +20,7 @@ from typing import Any, Optional
 import torch
 from pydantic import BaseModel
 
-from .. import cache, registry
+from .. import cache, registry, timing
 from ..device import DeviceInfo, device_info
 from ..problem import ScanProblem
 from ..rules import NoEligibleStrategy, rule_choice
@@ -196,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     if args.quick:
         max_configs = min(max_configs or QUICK_MAX_CONFIGS, QUICK_MAX_CONFIGS)
         reps = QUICK_REPS if device == "cpu" else None   # GPU samples are cheap
-    bw = bandwidth.copy_bandwidth(torch.cuda.current_device()) if device == "cuda" else None
+    bw = timing.copy_bandwidth(torch.cuda.current_device()) if device == "cuda" else None
 
     rows: list[ProfileRow] = []
     t0 = time.monotonic()
