@@ -1,4 +1,5 @@
-"""Launch code and autograd shared by the chunk family (``chunk``, ``hierarchical``, ``grouped``).
+"""Config base, launch code, autograd and registration shared by the chunk family (``chunk``,
+``hierarchical``, ``grouped``).
 
 One scan (forward, or backward with REVERSE) is three stages:
 
