@@ -40,7 +40,11 @@ def render(data) -> tuple[str, dict]:
     lines = [f"Device: {data['device']} ({data['sm_count']} SMs), torch {data['torch']}, "
              f"triton {data['triton']}; copy bandwidth {data['copy_tbps']:.2f} TB/s. "
              "Median of CUDA-event timings, L2 flushed. % bw: forward counts 4 arrays of "
-             "[B,L,M], forward+backward 10.", ""]
+             "[B,L,M], forward+backward 10."]
+    if not any(r["kind"] == "scan" for r in rows):
+        lines.append("samu_tune.scan was not timed in this run: the ratios compare the best "
+                     "timed candidate (the entry the shipped table dispatches to).")
+    lines.append("")
     summary = {}
     for mode, title in (("forward", "Forward"), ("train", "Forward + backward")):
         table = best_rows(rows, mode)
