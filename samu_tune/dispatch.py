@@ -230,7 +230,35 @@ def choose(problem: ScanProblem, strategy: StrategyArg = "auto", *,
             if decision is not None:
                 return decision
     found = _from_tables(problem, dev, trail, exact=policy != "online")
+    if found is None:
+        found = _without_state_features(problem, dev, trail)
     return found if found is not None else _rule(problem, dev)
+
+
+def _without_state_features(problem: ScanProblem, dev: DeviceInfo,
+                            trail: list[str]) -> Optional[Decision]:
+    """The tables' choice for the same problem without initial / final state.
+
+    Those features add one [B, M] read or write to a [B, L, M] scan, so a winner tuned
+    without them is the best guess with them (e.g. the SAMU layer always asks for the final
+    state; the shipped tables hold plain scans).  The entry must still run ``problem``
+    (capability and config checked against the real problem); resets, mode, dtypes and
+    determinism are never relaxed.
+    """
+    if not (problem.initial_state or problem.final_state):
+        return None
+    plain = problem.model_copy(update={"initial_state": False, "final_state": False})
+    sub_trail: list[str] = []
+    found = _from_tables(plain, dev, sub_trail)
+    trail += [f"without initial/final state: {t}" for t in sub_trail]
+    if found is None:
+        return None
+    strat, cfg = found.strategy, found.config
+    if strat.reasons(problem, dev) or (strat.valid is not None and not strat.valid(problem, cfg)):
+        trail.append(f"without initial/final state: {strat.name} cannot run {problem.key()}")
+        return None
+    return Decision(strat, cfg, found.source, found.source_key,
+                    found.detail + " (tuned without initial/final state)")
 
 
 def resolve(problem: ScanProblem, strategy: StrategyArg = "auto") -> tuple[Strategy, BaseModel]:

@@ -124,6 +124,24 @@ def test_shipped_default_table_then_rule(fakes):
     assert dispatch.choose(other).source == "rule"
 
 
+def test_initial_and_final_state_use_the_plain_problems_entry(fakes):
+    stateful = PROBLEM.model_copy(update={"initial_state": True, "final_state": True})
+    assert dispatch.choose(stateful).source == "rule"
+    _put("B4-L16-M4-f32-forward", "fake_c", shipped=True)
+    d = dispatch.choose(stateful)
+    assert (d.strategy.name, d.source, d.source_key) == ("fake_c", "default",
+                                                         "B4-L16-M4-f32-forward")
+    assert "without initial/final state" in d.detail
+    _put(PROBLEM.key(), "fake_b")                      # the user cache's exact plain entry
+    d = dispatch.choose(stateful)
+    assert (d.strategy.name, d.source, d.source_key) == ("fake_b", "exact", PROBLEM.key())
+    _put(stateful.key(), "fake_a")                     # an entry with the features wins
+    assert dispatch.choose(stateful).strategy.name == "fake_a"
+    # resets are never relaxed
+    resets = PROBLEM.model_copy(update={"resets": True, "final_state": True})
+    assert dispatch.choose(resets).source == "rule"
+
+
 def test_off_policy_is_rules_only(fakes, env):
     _put(PROBLEM.key(), "fake_b")
     env.set_env(SAMU_TUNE_MODE="off")
