@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import functools
 import importlib.util
 import json
 import math
@@ -47,7 +48,9 @@ KNOWN_GOOD = {
 
 # ---------------------------------------------------------------- candidates ------------------
 
+@functools.lru_cache(maxsize=None)
 def seed_module():
+    """The seed copy, imported once per process (each variant and bench_layer reuse it)."""
     path = ROOT / "seed_copy" / "samu_seed_readable.py"
     if not path.exists():
         return None
