@@ -5,6 +5,7 @@ A strategy module builds one :class:`Strategy` and calls :func:`register`.  Ever
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import inspect
@@ -85,6 +86,13 @@ class EmptyConfig(BaseModel):
 
 def config_space(model: type[BaseModel]) -> list[BaseModel]:
     """Every config of ``model``: the product of its ``Literal[...]`` (or bool) fields."""
+    return list(_config_space(model))
+
+
+@functools.lru_cache(maxsize=None)
+def _config_space(model: type[BaseModel]) -> tuple[BaseModel, ...]:
+    # built once per model: thousands of pydantic instances cost tens of ms, and configs
+    # are frozen (immutable), so every caller can share them
     names, choices = [], []
     for name, info in model.model_fields.items():
         ann = info.annotation
@@ -96,7 +104,7 @@ def config_space(model: type[BaseModel]) -> list[BaseModel]:
             raise TypeError(f"{model.__name__}.{name}: config fields must be Literal[...] or bool")
         names.append(name)
         choices.append(values)
-    return [model(**dict(zip(names, combo))) for combo in itertools.product(*choices)]
+    return tuple(model(**dict(zip(names, combo))) for combo in itertools.product(*choices))
 
 
 RunFn = Callable[[ScanInputs, BaseModel], ScanOutput]
@@ -159,7 +167,8 @@ class Strategy:
 
     def reasons(self, problem: ScanProblem, device: Optional[DeviceInfo] = None) -> list[str]:
         out = self.capability.reasons(problem, device)
-        if not out and self.valid is not None and not self.configs(problem):
+        if (not out and self.valid is not None
+                and not any(self.valid(problem, cfg) for cfg in _config_space(self.config_model))):
             out.append("no valid config for this problem")
         return out
 

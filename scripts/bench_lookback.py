@@ -1,13 +1,17 @@
 """Quick GPU timing of ``lookback`` configs against ``serial`` at the long-L shapes.
 
     python scripts/bench_lookback.py [--out DIR] [--shapes 8x8192x1024,...] [--all]
+        [--configs CHUNKxBLOCK_MxWARPS[xSUB[xREACH]][c],...] [--warm N]
 
 For each shape (bf16 data, fp32 controls) and config: a correctness check against the serial
 strategy (relative norm, bf16 tolerances, forward and gradients), then forward and
 forward+backward times (median of device-event samples, L2 flushed, rotating fresh inputs:
 samu_tune.timing) and the fraction of copy bandwidth: forward moves 4 arrays of [B, L, M]
 (read br, bi; write real, imag), forward+backward about 10.  First-call seconds (compile)
-are reported too.  Writes DIR/bench_lookback.json when --out is given.
+are reported too, and the GPU kernel time of one step (sum of the kernels' device times
+under torch.profiler: no host time) beside the event time.  ``--configs`` picks configs (a
+trailing ``c``: chained look-back); ``--warm N`` compiles them first in N processes (Triton's
+disk cache is shared).  Writes DIR/bench_lookback.json when --out is given.
 """
 from __future__ import annotations
 
@@ -43,6 +47,29 @@ CONFIGS = [LookbackConfig(chunk=c, block_m=m, num_warps=w, lookback=mode, window
                          (32, 32, 4, 16), (16, 64, 4, 16)]]
 
 
+def parse_config(spec: str) -> LookbackConfig:
+    """``16x128x2x1x8`` (chunk x block_m x warps x sub x reach; the last two optional), with a
+    trailing ``c`` for chained look-back."""
+    chained = spec.endswith("c")
+    vals = [int(v) for v in spec.rstrip("c").split("x")] + [1, 1]
+    return LookbackConfig(chunk=vals[0], block_m=vals[1], num_warps=vals[2], sub=vals[3],
+                          reach=vals[4], lookback="chained" if chained else "decoupled")
+
+
+def kernel_ms(step, fn, n: int = 10) -> float:
+    """GPU time of one step: the kernels' device times summed (profiler), per step."""
+    from torch.profiler import ProfilerActivity, profile
+    inputs = [step.next_inputs() for _ in range(n)]
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in inputs:
+            step(fn, i)
+        torch.cuda.synchronize()
+    total_us = sum(e.device_time_total for e in prof.key_averages()
+                   if e.device_type.name == "CUDA")
+    return total_us / n / 1e3
+
+
 def _outputs_and_grads(fn, inputs, upstream):
     leaves = [t.detach().requires_grad_(True) for t in inputs.differentiable()]
     eta, delta, nu_log, theta_log, br, bi = leaves
@@ -63,8 +90,8 @@ def check(strat, cfg, reference, inputs, upstream) -> str | None:
     return "; ".join(bad) or None
 
 
-def time_mode(strat, cfg, problem, backward: bool) -> tuple[float, float]:
-    """(first-call seconds, median ms)."""
+def time_mode(strat, cfg, problem, backward: bool) -> tuple[float, float, float]:
+    """(first-call seconds, median ms of event samples, kernel ms)."""
     p = problem.model_copy(update={"backward": backward})
     step = timing.Step(p, "cuda", pool=2)
     fn = lambda i: strat.run(i, cfg)  # noqa: E731
@@ -74,7 +101,7 @@ def time_mode(strat, cfg, problem, backward: bool) -> tuple[float, float]:
     first = time.perf_counter() - t0
     est = timing.median(timing.sample(step, fn, 3))
     n = timing.reps_for(est, device=torch.device("cuda"), target_ms=300, lo=5, hi=50)
-    return first, timing.median(timing.sample(step, fn, n))
+    return first, timing.median(timing.sample(step, fn, n)), kernel_ms(step, fn)
 
 
 def main() -> None:
@@ -82,7 +109,15 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
     ap.add_argument("--all", action="store_true", help="every valid config (slow: compiles)")
+    ap.add_argument("--configs", default="", help="comma list of config specs (see parse_config)")
+    ap.add_argument("--warm", type=int, default=0, help="compile in this many processes first")
+    ap.add_argument("--no-serial", action="store_true", help="skip timing the serial strategy")
     args = ap.parse_args()
+    chosen = [parse_config(s) for s in args.configs.split(",") if s] or CONFIGS
+    if args.warm:
+        from bench_scan import warm_all
+        warm_all([("strategy", "lookback", c.model_dump(), (2, 300, 70), "bfloat16",
+                   ("forward", "train")) for c in chosen], args.warm)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     bw = copy_bandwidth_tbps()
     print(f"copy bandwidth {bw:.2f} TB/s  ({torch.cuda.get_device_name()})")
@@ -99,31 +134,39 @@ def main() -> None:
         floor_fwd = 4 * B * L * M * 2 / (bw * 1e12) * 1e3       # ms at copy bandwidth
         floor_train = 10 * B * L * M * 2 / (bw * 1e12) * 1e3
         configs = lookback.configs(problem) if args.all else [
-            c for c in CONFIGS if lookback.valid(problem, c)]
-        cands = [("serial", serial, serial.default(problem))] + [
-            ("lookback", lookback, c) for c in configs]
+            c for c in chosen if lookback.valid(problem, c)]
+        cands = [] if args.no_serial else [("serial", serial, serial.default(problem))]
+        cands += [("lookback", lookback, c) for c in configs]
         print(f"\n== B={B} L={L} M={M} bf16: floor fwd {floor_fwd:.3f} ms, "
               f"fwd+bwd {floor_train:.3f} ms")
         for name, strat, cfg in cands:
             row = dict(shape=[B, L, M], strategy=name, config=cfg.model_dump())
             try:
                 row["error"] = check(strat, cfg, reference, inputs, upstream)
-                row["first_fwd_s"], row["fwd_ms"] = time_mode(strat, cfg, problem, False)
-                row["first_train_s"], row["train_ms"] = time_mode(strat, cfg, problem, True)
+                row["first_fwd_s"], row["fwd_ms"], row["fwd_kernel_ms"] = time_mode(
+                    strat, cfg, problem, False)
+                row["first_train_s"], row["train_ms"], row["train_kernel_ms"] = time_mode(
+                    strat, cfg, problem, True)
                 row["fwd_bw"] = floor_fwd / row["fwd_ms"]
                 row["train_bw"] = floor_train / row["train_ms"]
                 print(f"{name:9s} {str(cfg.model_dump()):75s} fwd {row['fwd_ms']:.3f} ms "
                       f"({100 * row['fwd_bw']:4.0f}%)  fwd+bwd {row['train_ms']:.3f} ms "
-                      f"({100 * row['train_bw']:4.0f}%)  first {row['first_fwd_s']:.1f}+"
+                      f"({100 * row['train_bw']:4.0f}%)  kernels {row['fwd_kernel_ms']:.3f}/"
+                      f"{row['train_kernel_ms']:.3f}  first {row['first_fwd_s']:.1f}+"
                       f"{row['first_train_s']:.1f} s  {row['error'] or 'ok'}", flush=True)
             except Exception as exc:  # keep benchmarking the others
                 row["error"] = f"{type(exc).__name__}: {exc}"[:500]
                 print(f"{name:9s} {cfg.model_dump()} FAILED {row['error']}", flush=True)
             rows.append(row)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "bench_lookback.json").write_text(json.dumps(
-            dict(copy_tbps=bw, device=torch.cuda.get_device_name(), rows=rows), indent=1))
+            if args.out:
+                _save(args.out, bw, rows)
+
+
+def _save(out: Path, bw: float, rows: list) -> None:
+    """After every row: a run stopped at its time limit keeps what it measured."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_lookback.json").write_text(json.dumps(
+        dict(copy_tbps=bw, device=torch.cuda.get_device_name(), rows=rows), indent=1))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Literal, NamedTuple, Optional, Union
 
 import torch
-import triton
+from .. import intmath
 from pydantic import BaseModel, ConfigDict
 
 from ..strategies._alloc import empty
@@ -79,14 +79,14 @@ def run(cfg: Config, *, reverse: bool, adjoint: bool, a: Pair, x: Pair, h0: Opti
     h0_p = _ptrs(h0, last.r)
     f_p, f0_p = _ptrs(f, out.r), _ptrs(f0, last.r)
     ga_p = _ptrs(ga, out.r)
-    d_tiles = triton.cdiv(D, cfg.block_d)
+    d_tiles = intmath.cdiv(D, cfg.block_d)
     if isinstance(cfg, SerialConfig):
         linear.linear_serial_scan[(d_tiles, B)](
             *a_p, *x_p, *h0_p, *out_p, *last_p, *f_p, *f0_p, *ga_p, L, D,
             HAS_H0=h0 is not None, HAS_F0=f0 is not None, BLOCK_D=cfg.block_d,
             num_warps=cfg.num_warps, **flags)
         return out, last, ga
-    n_chunks = triton.cdiv(L, cfg.chunk)
+    n_chunks = intmath.cdiv(L, cfg.chunk)
     p = _like(x.r, torch.float32, complex_, (B, n_chunks, D))
     q = _like(x.r, torch.float32, complex_, (B, n_chunks, D))
     carry = _like(x.r, torch.float32, complex_, (B, n_chunks, D))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple, Optional, Union
 
 import torch
-import triton
+from .. import intmath
 from pydantic import BaseModel
 
 from ..settings import settings
@@ -38,9 +38,9 @@ class ComplexScanOutput(NamedTuple):
 
 def default_config(name: str, B: int, L: int, D: int) -> Config:
     if name == "serial":
-        block_d = max(16, min(128, triton.next_power_of_2(D)))
+        block_d = max(16, min(128, intmath.next_power_of_2(D)))
         return SerialConfig(block_d=block_d, num_warps=4 if block_d >= 128 else 2)
-    block_d = max(16, min(64, triton.next_power_of_2(D)))
+    block_d = max(16, min(64, intmath.next_power_of_2(D)))
     return ChunkConfig(chunk=32 if L >= 32 else 16, block_d=block_d)
 
 
@@ -54,7 +54,7 @@ def choose(tensors: list[torch.Tensor], B: int, L: int, D: int) -> str:
     placeholder until these ops are tuned."""
     if not kernels_available(tensors[0]) or any(t.dtype == torch.float64 for t in tensors):
         return "reference"
-    if L >= 256 and B * triton.cdiv(D, 64) < 256:
+    if L >= 256 and B * intmath.cdiv(D, 64) < 256:
         return "chunk"
     return "serial"
 

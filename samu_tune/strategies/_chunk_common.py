@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Literal, Optional
 
 import torch
-import triton
+from .. import intmath
 from pydantic import BaseModel, ConfigDict
 
 from ..kernels import chunk as chunk_kernels, chunk_walk, complex_math, tile
@@ -71,9 +71,9 @@ _MAX_PER_THREAD = 8
 def valid_common(problem: ScanProblem, cfg) -> bool:
     """Prune tiles mostly beyond M or L, tiles that leave threads idle or spill, atomics in
     deterministic mode, and the reduce choice when there is no backward to reduce."""
-    if cfg.block_m > max(16, triton.next_power_of_2(problem.M)):
+    if cfg.block_m > max(16, intmath.next_power_of_2(problem.M)):
         return False
-    if cfg.chunk > max(16, triton.next_power_of_2(problem.L)):
+    if cfg.chunk > max(16, intmath.next_power_of_2(problem.L)):
         return False
     if cfg.intra == "scan":
         per_thread = cfg.chunk * cfg.block_m // (32 * cfg.num_warps)
@@ -101,7 +101,7 @@ def default_common(problem: ScanProblem) -> dict:
 
 
 def n_chunks(L: int, chunk: int) -> int:
-    return triton.cdiv(L, chunk)
+    return intmath.cdiv(L, chunk)
 
 
 def workspace_bytes_common(problem: ScanProblem, cfg, prefix: str, group: int = 0) -> int:
@@ -114,12 +114,12 @@ def workspace_bytes_common(problem: ScanProblem, cfg, prefix: str, group: int = 
     nc = n_chunks(L, cfg.chunk)
     words = 6 * B * nc * M + 2 * B * M
     if prefix == "grouped":
-        words += 6 * B * triton.cdiv(nc, group) * M
+        words += 6 * B * intmath.cdiv(nc, group) * M
     if problem.backward:
         if cfg.reduce == "atomic":
             words += 2 * B * L + 2 * M
         else:
-            words += 2 * B * L * triton.cdiv(M, cfg.block_m) + 2 * B * nc * M
+            words += 2 * B * L * intmath.cdiv(M, cfg.block_m) + 2 * B * nc * M
         words += 4 * B * M
     return 4 * words
 
@@ -164,7 +164,7 @@ def _prefix_warps(rows: int, block_m: int) -> int:
 def _prefix(plan: ChunkPlan, B: int, M: int, nc: int, pq, init, carry, end) -> None:
     """carry[c] (and end, when given) from the chunk maps ``pq`` and ``init`` (or 0)."""
     dev = carry[0].device
-    nmb = triton.cdiv(M, plan.block_m)
+    nmb = intmath.cdiv(M, plan.block_m)
     has_init, write_end = init[0] is not None, end[0] is not None
     warps = _prefix_warps(1 if plan.prefix == "serial" else plan.prefix_block, plan.block_m)
     serial_warps = _prefix_warps(1, plan.block_m)
@@ -178,7 +178,7 @@ def _prefix(plan: ChunkPlan, B: int, M: int, nc: int, pq, init, carry, end) -> N
             HAS_INIT=has_init, WRITE_END=write_end, BLOCK_C=plan.prefix_block,
             BLOCK_M=plan.block_m, num_warps=warps)
     else:
-        ng = triton.cdiv(nc, plan.prefix_block)
+        ng = intmath.cdiv(nc, plan.prefix_block)
         gpq = tuple(_f32(B, ng, M, device=dev) for _ in range(4))
         gcarry = (_f32(B, ng, M, device=dev), _f32(B, ng, M, device=dev))
         grid = (B * ng * nmb,)
@@ -200,7 +200,7 @@ def _scan(plan: ChunkPlan, reverse: bool, B: int, L: int, M: int, *, eta, delta,
     """One direction: summary -> prefix -> replay."""
     dev = x[0].device
     nc = n_chunks(L, plan.chunk)
-    nmb = triton.cdiv(M, plan.block_m)
+    nmb = intmath.cdiv(M, plan.block_m)
     grid = (B * nc * nmb,)
     pq = tuple(_f32(B, nc, M, device=dev) for _ in range(4))
     common = dict(HAS_RESETS=seg is not None, REVERSE=reverse, WALK=plan.walk, CHUNK=plan.chunk,
@@ -244,7 +244,7 @@ class _ChunkScan(torch.autograd.Function):
         d_out, d_last, grad_b, gh0 = _grads.backward_buffers(
             d_out_r, d_out_i, d_last_r, d_last_i, (B, L, M), (br_dtype, bi_dtype),
             h0_r is not None, dev)
-        nc, nmb = n_chunks(L, plan.chunk), triton.cdiv(M, plan.block_m)
+        nc, nmb = n_chunks(L, plan.chunk), intmath.cdiv(M, plan.block_m)
         if plan.atomic:
             g_ctl = tuple(torch.zeros(B, L, dtype=torch.float32, device=dev) for _ in range(2))
             g_spec = tuple(torch.zeros(M, dtype=torch.float32, device=dev) for _ in range(2))

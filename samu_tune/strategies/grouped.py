@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-import triton
+from .. import intmath
 
 from ..problem import ScanProblem
 from . import _chunk_common as common
@@ -28,7 +28,7 @@ def valid(problem: ScanProblem, cfg: GroupedConfig) -> bool:
     nc = common.n_chunks(problem.L, cfg.chunk)
     return (common.valid_common(problem, cfg)
             and common.prefix_tile_ok(cfg.group, cfg.block_m)
-            and cfg.group <= max(4, triton.next_power_of_2(nc) // 2))
+            and cfg.group <= max(4, intmath.next_power_of_2(nc) // 2))
 
 
 def default(problem: ScanProblem) -> GroupedConfig:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-import triton
+from .. import intmath
 
 from ..problem import ScanProblem
 from . import _chunk_common as common
@@ -27,7 +27,7 @@ def valid(problem: ScanProblem, cfg: HierarchicalConfig) -> bool:
     nc = common.n_chunks(problem.L, cfg.chunk)
     return (common.valid_common(problem, cfg)
             and common.prefix_tile_ok(cfg.prefix_block, cfg.block_m)
-            and cfg.prefix_block <= max(16, triton.next_power_of_2(nc)))
+            and cfg.prefix_block <= max(16, intmath.next_power_of_2(nc)))
 
 
 def default(problem: ScanProblem) -> HierarchicalConfig:

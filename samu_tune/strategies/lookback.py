@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 import torch
-import triton
+from .. import intmath
 from pydantic import BaseModel, ConfigDict
 
 from ..kernels import complex_math, lookback as lookback_kernels, tile
@@ -38,6 +38,9 @@ from . import _alloc, _grads
 # 2.31 ms at 8 per thread), so up to 32 per thread stay in the space and the tuner decides.
 _MAX_TILE = 8192
 _MAX_PER_THREAD = 32
+# the look-back's [reach, block_m] summary tiles (six of them) are live beside the chunk's
+# maps: at most 16 elements per thread each
+_MAX_REACH_PER_THREAD = 16
 
 
 class LookbackConfig(BaseModel):
@@ -49,7 +52,9 @@ class LookbackConfig(BaseModel):
     chunks per published inclusive prefix in chained mode (1 in decoupled mode); ``sub``:
     tiles of ``chunk`` steps per program (a program's chunk is ``chunk * sub`` steps: sub > 1
     walks its tiles twice, summary then replay, for more bytes in flight per program and a
-    ``sub`` times shorter look-back chain).
+    ``sub`` times shorter look-back chain); ``reach``: predecessors read per look-back poll
+    (one memory round trip per ``reach`` chunks walked back, for a [reach, block_m] tile of
+    summaries in registers).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -60,19 +65,23 @@ class LookbackConfig(BaseModel):
     lookback: Literal["decoupled", "chained"] = "decoupled"
     window: Literal[1, 8, 32] = 1
     sub: Literal[1, 4, 16] = 1
+    reach: Literal[1, 4, 8, 16, 32] = 1
 
 
 def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
     """Prune tiles mostly beyond M or L, tiles over the register budget, threads without
     elements, and decoupled look-back under deterministic mode."""
-    if cfg.block_m > max(16, triton.next_power_of_2(problem.M)):
+    if cfg.block_m > max(16, intmath.next_power_of_2(problem.M)):
         return False
-    if cfg.chunk * cfg.sub > max(16, triton.next_power_of_2(problem.L)):
+    if cfg.chunk * cfg.sub > max(16, intmath.next_power_of_2(problem.L)):
         return False
     tile_elems = cfg.chunk * cfg.block_m
     if tile_elems > _MAX_TILE or tile_elems > _MAX_PER_THREAD * 32 * cfg.num_warps:
         return False
     if tile_elems < 32 * cfg.num_warps:
+        return False
+    if cfg.reach > 1 and (cfg.reach * cfg.block_m > _MAX_REACH_PER_THREAD * 32 * cfg.num_warps
+                          or cfg.reach >= 2 * n_chunks(problem.L, cfg.chunk * cfg.sub)):
         return False
     if cfg.window > 1 and (cfg.lookback == "decoupled"
                            or cfg.window >= n_chunks(problem.L, cfg.chunk * cfg.sub)):
@@ -98,16 +107,20 @@ def default(problem: ScanProblem) -> LookbackConfig:
         num_warps //= 2
     mode = "chained" if problem.deterministic else "decoupled"
     window = 8 if mode == "chained" and n_chunks(problem.L, chunk) > 8 else 1
+    reach = 32
+    while reach > 1 and (reach * block_m > _MAX_REACH_PER_THREAD * 32 * num_warps
+                         or reach >= 2 * n_chunks(problem.L, chunk)):
+        reach //= 2 if reach != 4 else 4
     return LookbackConfig(chunk=chunk, block_m=block_m, num_warps=num_warps, lookback=mode,
-                          window=window)
+                          window=window, reach=reach)
 
 
 def n_mode_tiles(M: int, block_m: int) -> int:
-    return triton.cdiv(M, block_m)
+    return intmath.cdiv(M, block_m)
 
 
 def n_chunks(L: int, chunk: int) -> int:
-    return triton.cdiv(L, chunk)
+    return intmath.cdiv(L, chunk)
 
 
 def _sync_bytes(B: int, L: int, M: int, cfg: LookbackConfig) -> int:
@@ -140,11 +153,12 @@ class LookbackPlan:
     decoupled: bool
     window: int = 1
     sub: int = 1
+    reach: int = 1
 
     @classmethod
     def of(cls, cfg: LookbackConfig, window: Optional[int] = None) -> "LookbackPlan":
         return cls(cfg.chunk, cfg.block_m, cfg.num_warps, cfg.lookback == "decoupled",
-                   cfg.window if window is None else window, cfg.sub)
+                   cfg.window if window is None else window, cfg.sub, cfg.reach)
 
 
 def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, delta, nu_log,
@@ -156,17 +170,20 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
     nch = n_chunks(L, plan.chunk * plan.sub)
     slots = B * nmt * nch
     dev = x[0].device
-    # one memset per launch: the ticket counter and every status start at 0
-    sync = torch.zeros(1 + slots, dtype=torch.int32, device=dev)
-    carry = torch.empty(slots * lookback_kernels.SLOT_ROWS.value * plan.block_m,
-                        dtype=torch.float32, device=dev)
+    # one allocation per launch: the ticket counter and statuses (zeroed), then the summaries
+    # (fp32, never read before written); the head is padded to 16 bytes for the float view
+    head = intmath.cdiv(1 + slots, 4) * 4
+    work = torch.empty(head + slots * lookback_kernels.SLOT_ROWS.value * plan.block_m,
+                       dtype=torch.int32, device=dev)
+    sync = work[:head].zero_()
+    carry = work[head:].view(torch.float32)
     lookback_kernels.lookback_scan[(slots,)](
         sync, carry, eta, delta, nu_log, theta_log, seg, x[0], x[1], h0[0], h0[1], y[0], y[1],
         end[0], end[1], gx[0], gx[1], gh0[0], gh0[1], p_ctl[0], p_ctl[1], p_spec[0], p_spec[1],
         B, L, M, nmt, nch, plan.window,
         HAS_RESETS=seg is not None, HAS_H0=h0[0] is not None, REVERSE=reverse,
         DECOUPLED=plan.decoupled, CHUNK=plan.chunk, BLOCK_M=plan.block_m, SUB=plan.sub,
-        num_warps=plan.num_warps)
+        REACH=plan.reach, num_warps=plan.num_warps)
 
 
 class _LookbackScan(torch.autograd.Function):

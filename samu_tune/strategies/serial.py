@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 import torch
-import triton
+from .. import intmath
 from pydantic import BaseModel, ConfigDict
 
 from ..kernels import complex_math, decay, serial as serial_kernels, tile
@@ -49,7 +49,7 @@ class SerialConfig(BaseModel):
 def valid(problem: ScanProblem, cfg: SerialConfig) -> bool:
     """Prune tiles mostly beyond M, more threads than tile lanes, unrolling or pipelining
     deeper than L."""
-    if cfg.block_m > max(16, triton.next_power_of_2(problem.M)):
+    if cfg.block_m > max(16, intmath.next_power_of_2(problem.M)):
         return False
     if cfg.num_warps * 32 > max(cfg.block_m, 32):
         return False
@@ -63,7 +63,7 @@ def default(problem: ScanProblem) -> SerialConfig:
 
 
 def n_mode_blocks(M: int, block_m: int) -> int:
-    return triton.cdiv(M, block_m)
+    return intmath.cdiv(M, block_m)
 
 
 def workspace_bytes(problem: ScanProblem, cfg: SerialConfig) -> int:
@@ -108,7 +108,7 @@ def radial_decay(eta: torch.Tensor, nu_log: torch.Tensor, M: int) -> torch.Tenso
     """rho = exp(-exp(nu_log) e^eta) as [B, L, M] fp32, by the parallel decay kernel."""
     B, L = eta.shape
     rho = _alloc.empty(B, L, M, dtype=torch.float32, device=eta.device)
-    grid = (triton.cdiv(B * L, _DECAY_ROWS), triton.cdiv(M, _DECAY_MODES))
+    grid = (intmath.cdiv(B * L, _DECAY_ROWS), intmath.cdiv(M, _DECAY_MODES))
     decay.radial_decay[grid](eta, nu_log, rho, B * L, M, BLOCK_R=_DECAY_ROWS,
                              BLOCK_M=_DECAY_MODES, num_warps=_DECAY_WARPS)
     return rho
