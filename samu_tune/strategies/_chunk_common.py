@@ -246,8 +246,8 @@ class _ChunkScan(torch.autograd.Function):
             h0_r is not None, dev)
         nc, nmb = n_chunks(L, plan.chunk), intmath.cdiv(M, plan.block_m)
         if plan.atomic:
-            g_ctl = tuple(torch.zeros(B, L, dtype=torch.float32, device=dev) for _ in range(2))
-            g_spec = tuple(torch.zeros(M, dtype=torch.float32, device=dev) for _ in range(2))
+            g_ctl = _grads.Stacked(torch.zeros(2, B, L, dtype=torch.float32, device=dev))
+            g_spec = _grads.Stacked(torch.zeros(2, M, dtype=torch.float32, device=dev))
         else:
             g_ctl, g_spec = _grads.partials(B, L, nmb, (B, nc, M), dev)
         _scan(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,

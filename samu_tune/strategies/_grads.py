@@ -49,24 +49,34 @@ def backward_buffers(d_out_r, d_out_i, d_last_r, d_last_i, shape: tuple[int, int
     return d_out, d_last, grad_b, gh0
 
 
+class Stacked(tuple):
+    """A pair ``(whole[0], whole[1])`` of views of one ``[2, ...]`` tensor ``whole``: one
+    allocation, and reduced by one kernel instead of two."""
+
+    def __new__(cls, whole: torch.Tensor) -> "Stacked":
+        pair = super().__new__(cls, (whole[0], whole[1]))
+        pair.whole = whole
+        return pair
+
+
 def partials(B: int, L: int, n_tiles: int, spec_shape: tuple[int, ...],
-             device: torch.device) -> tuple[Pair, Pair]:
+             device: torch.device) -> tuple[Stacked, Stacked]:
     """Per-program partial gradients, fp32: controls (eta, delta) 2 x [B, L, n_tiles] (one
     column per mode tile), spectrum (nu_log, theta_log) 2 x ``spec_shape`` (``[..., M]``)."""
-    p_ctl = (_alloc.empty(B, L, n_tiles, dtype=torch.float32, device=device),
-             _alloc.empty(B, L, n_tiles, dtype=torch.float32, device=device))
-    p_spec = (_alloc.empty(*spec_shape, dtype=torch.float32, device=device),
-              _alloc.empty(*spec_shape, dtype=torch.float32, device=device))
+    p_ctl = Stacked(_alloc.empty(2, B, L, n_tiles, dtype=torch.float32, device=device))
+    p_spec = Stacked(_alloc.empty(2, *spec_shape, dtype=torch.float32, device=device))
     return p_ctl, p_spec
 
 
-def sum_partials(p_ctl: Pair, p_spec: Pair) -> tuple[torch.Tensor, ...]:
+def sum_partials(p_ctl: Stacked, p_spec: Stacked) -> tuple[torch.Tensor, ...]:
     """Fixed-order torch reductions (deterministic): control partials [B, L, n_tiles] over
     mode tiles -> [B, L]; spectrum partials [..., M] over every leading dim -> [M].
     Returns (grad eta, grad delta, grad nu_log, grad theta_log), fp32."""
-    ctl = tuple(p.sum(-1) for p in p_ctl)
-    spec = tuple(p.sum(tuple(range(p.dim() - 1))) for p in p_spec)
-    return (*ctl, *spec)
+    ctl = p_ctl.whole
+    ctl = ctl[..., 0] if ctl.shape[-1] == 1 else ctl.sum(-1)                     # [2, B, L]
+    spec = p_spec.whole
+    spec = spec.sum(tuple(range(1, spec.dim() - 1))) if spec.dim() > 2 else spec  # [2, M]
+    return ctl[0], ctl[1], spec[0], spec[1]
 
 
 def input_grads(grads: tuple[torch.Tensor, ...], like: tuple[torch.Tensor, ...], grad_b: Pair,
