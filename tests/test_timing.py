@@ -177,3 +177,31 @@ def test_entries_written_before_host_ms_still_load(env):
     cache.invalidate()
     assert cache.lookup(ScanProblem.from_key(new.key, device="cpu"), sig).host_ms == 0.25
     assert cache.lookup(ScanProblem.from_key(old_entry["key"], device="cpu"), sig) == got
+
+
+def test_bench_tuner_sets():
+    """scripts/bench_tuner.py's exhaustive set is the decoupled, sub=1, window=1 lookback
+    subspace plus the other strategies' defaults; its neighbours differ from a default in one
+    field."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import bench_tuner
+    from samu_tune import registry
+    (problem,) = bench_tuner.parse_cases("2,300,70:train", "float32", "cpu")
+    assert problem.backward and (problem.B, problem.L, problem.M) == (2, 300, 70)
+    ex = bench_tuner.exhaustive_set(problem)
+    eligible = {s.name for s, r in registry.eligible(problem) if not r} - {"reference"}
+    assert {n for n, _ in ex} == eligible
+    look = registry.get("lookback")
+    sub = [c for c in look.configs(problem)
+           if c.lookback == "decoupled" and c.sub == 1 and c.window == 1]
+    assert len(sub) > 1
+    got = [cfg for n, cfg in ex if n == "lookback"]
+    assert all(look.parse_config(c) in sub or look.parse_config(c) == look.default_config(problem)
+               for c in got)
+    assert len(got) >= len(sub)
+    for name, cfg in bench_tuner.neighbour_set(problem):
+        strat = registry.get(name)
+        default = strat.default_config(problem).model_dump()
+        assert sum(cfg[k] != default[k] for k in cfg) == 1
