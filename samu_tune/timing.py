@@ -232,10 +232,11 @@ def gpu_for(device: torch.device | str) -> Gpu:
 
 def calibrate(gpu: Gpu, cycles: int = CALIBRATION_CYCLES, reps: int = 5) -> float:
     """Set and return ``gpu.cycles_per_ms``: ``cycles / elapsed_ms`` of event-timed sleeps of
-    ``cycles`` cycles (after one untimed sleep that raises the clocks); the highest of ``reps``
-    rates, so that a sleep computed from it lasts at least as long as intended."""
+    ``cycles`` cycles (after an untimed sleep ten times as long that raises the clocks); the
+    highest of ``reps`` rates, so that a sleep computed from it lasts at least as long as
+    intended."""
     gpu.sync()
-    gpu.sleep(cycles)
+    gpu.sleep(10 * cycles)
     rates = []
     for _ in range(reps):
         start, end = gpu.event(), gpu.event()

@@ -96,10 +96,8 @@ def make_fn(kind: str, name: str, config: dict | None):
     """``fn(ScanInputs) -> ScanOutput`` of a candidate that takes the scan's inputs."""
     if kind == "strategy":
         strat = registry.get(name)
-
-        def fn(i):
-            return strat.run(i, strat.parse_config(config))
-        return fn
+        cfg = strat.parse_config(config)
+        return lambda i: strat.run(i, cfg)
     if kind == "scan":
         return lambda i: samu_tune.scan(i.eta, i.delta, i.nu_log, i.theta_log, i.br, i.bi)
     if kind == "seed":
@@ -144,7 +142,7 @@ def time_call(call, reps_ms: float, do_bench: bool = False, device="cuda") -> di
             t0 = timing.now()
             call()
             samples.append((timing.now() - t0) * 1e3)
-            if sum(samples) >= reps_ms:
+            if len(samples) >= 3 and sum(samples) >= reps_ms:
                 break
         return {"ms": timing.median(samples), "host_ms": None, "samples": len(samples)}
     if device.index is None:
