@@ -77,7 +77,9 @@ class RunnerUp(BaseModel):
 
 
 class CacheEntry(BaseModel):
-    """One tuned winner.  ``time_ms`` is its median (CPU wall time when ``cpu_wall_time``)."""
+    """One tuned winner.  ``time_ms`` is its median (CPU wall time when ``cpu_wall_time``, else
+    GPU time); ``host_ms`` the host time of one call beside it (None in entries written before
+    it was measured, and for CPU entries)."""
 
     key: str
     mode: Literal["train", "forward"]
@@ -91,6 +93,7 @@ class CacheEntry(BaseModel):
     cpu_wall_time: bool
     versions: dict[str, str]
     search: Optional[str] = None
+    host_ms: Optional[float] = None
 
     def problem(self, device: str = "cuda") -> ScanProblem:
         return ScanProblem.from_key(self.key, device=device)
@@ -472,7 +475,7 @@ def entry_from_result(result: "TuneResult") -> CacheEntry:
                                                    time_ms=r.time_ms),
         source_hash=registry.get(w.strategy).source_hash,
         measured_at=result.measured_at or _now_iso(), cpu_wall_time=result.cpu_wall_time,
-        versions=dict(versions()), search=result.search)
+        versions=dict(versions()), search=result.search, host_ms=w.host_ms)
 
 
 def _check_device(entry: CacheEntry, signature: str) -> None:

@@ -20,8 +20,10 @@ Pipeline of :func:`tune`:
    shape also checks that the outputs are finite.
 3. **Timing** at the real shape (:mod:`samu_tune.timing`): one warm-up call (it pays the
    compile, reported as ``warmup_s``), then the median of repeated samples on a pool of fresh
-   inputs -- device events with the L2 flushed on CUDA, wall time on the CPU (marked
-   ``cpu_wall_time``).  Train mode times forward + backward of every input.
+   inputs -- on CUDA the GPU time alone (device events with the L2 flushed, each sample queued
+   behind a GPU busy-wait so the host's launch time never shows; the host time per call is
+   kept as ``host_ms``), wall time on the CPU (marked ``cpu_wall_time``).  Train mode times
+   forward + backward of every input.
 4. **Search.**  Not every config is timed: each eligible strategy's default config is
    screened, then the best ``refine_top`` strategies are refined by coordinate descent (one
    config field at a time from the best config so far, until no field improves).  ``budget_s``
@@ -103,8 +105,11 @@ class Candidate(BaseModel):
     """One evaluated (strategy, config): its time, or why it failed or was skipped.
 
     ``time_ms`` is the final median (the interleaved re-timing for the top candidates, else
-    the first measurement, which is kept in ``screen_ms``).  ``verified_on`` is the key of the
-    problem verification ran on; ``warmup_s`` the first call at the real shape (compile cost).
+    the first measurement, which is kept in ``screen_ms``).  On CUDA these are GPU times and
+    ``host_ms`` is the median host time of one call (dispatch and launches, not synchronised;
+    see :mod:`samu_tune.timing`): a call with ``host_ms > time_ms`` is launch-bound when run
+    alone.  ``verified_on`` is the key of the problem verification ran on; ``warmup_s`` the
+    first call at the real shape (compile cost).
     """
 
     strategy: str
@@ -114,6 +119,7 @@ class Candidate(BaseModel):
     time_ms: Optional[float] = None
     screen_ms: Optional[float] = None
     samples: int = 0
+    host_ms: Optional[float] = None
     reason: Optional[str] = None
     verified_on: Optional[str] = None
     verify_s: float = 0.0
@@ -167,7 +173,9 @@ class TuneResult(BaseModel):
         if self.winner is None:
             lines.append("  no winner")
         else:
-            lines.append(f"  winner    {self.winner.name}: {self.winner.time_ms:.4g} {unit}")
+            host = "" if self.winner.host_ms is None else \
+                f" (host {self.winner.host_ms:.3g} ms per call)"
+            lines.append(f"  winner    {self.winner.name}: {self.winner.time_ms:.4g} {unit}{host}")
             if self.runner_up is not None:
                 lines.append(f"  runner-up {self.runner_up.name}: "
                              f"{self.runner_up.time_ms:.4g} {unit} (+{100 * self.margin:.1f}%)")
@@ -324,6 +332,7 @@ class _Search:
         cand.status = "ok"
         cand.time_ms = cand.screen_ms = timing.median(samples)
         cand.samples = len(samples)
+        cand.host_ms = timing.host_ms(step, fn)
         self._fns[self.key(strategy, config)] = fn
         return cand
 
@@ -365,6 +374,7 @@ class _Search:
             elif samples[i]:
                 cand.time_ms = timing.median(samples[i])
                 cand.samples += len(samples[i])
+                cand.host_ms = timing.host_ms(self.step(), fns[i])
             self.emit(event="finish", phase="retime", candidate=cand.name,
                       strategy=cand.strategy, config=cand.config, index=i + 1, total=len(top),
                       status=cand.status, time_ms=cand.time_ms, reason=cand.reason)

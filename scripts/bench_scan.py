@@ -4,7 +4,11 @@ Run on the device machine (see scripts/gpu_run.sh).  Writes under --out:
   bench.json      every measurement (times in ms, fraction of copy bandwidth, compile seconds)
   bench.md        the markdown table the README shows
   bench.png       a chart of the table
-Times: median of device-event timings with the L2 flushed (triton.testing.do_bench).
+Times: the tuner's clock (samu_tune.timing.gpu_samples, the same function samu_tune.tune's
+samples go through): median GPU time of one call, L2 flushed, each sample queued behind a GPU
+busy-wait so the host's launch time never shows; the host time per call is kept beside it
+({mode}_host_ms).  The benchmark's fastest and the tuner's pick are so comparable by
+construction.  --do-bench adds triton.testing.do_bench of the same call ({mode}_do_bench_ms).
 Forward moves 4 arrays of [B, L, M] (read br, bi; write real, imag); forward+backward about 10.
 Compilation is warmed first in a pool of processes (Triton's disk cache is shared), so the
 timed process only loads binaries; compile seconds are recorded per task.
@@ -25,14 +29,14 @@ from pathlib import Path
 
 import torch
 import triton
-import triton.testing
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import samu_tune  # noqa: E402
-from samu_tune import registry  # noqa: E402
+from samu_tune import registry, timing  # noqa: E402
 from samu_tune.problem import ScanProblem  # noqa: E402
+from samu_tune.tensors import ScanOutput  # noqa: E402
 from samu_tune.verify import random_inputs, verify  # noqa: E402
 
 GRID = [(1, 16384, 256), (2, 65536, 128), (32, 512, 256), (1, 2048, 1024), (4, 4096, 512),
@@ -89,92 +93,92 @@ def _accel_fn():
 
 
 def make_fn(kind: str, name: str, config: dict | None):
-    """(prepare(inputs) -> args, fn(*args) -> tuple of output tensors, leaves(args))."""
+    """``fn(ScanInputs) -> ScanOutput`` of a candidate that takes the scan's inputs."""
     if kind == "strategy":
         strat = registry.get(name)
-
-        def prep(i):
-            return (i,)
-
-        def fn(i):
-            cfg = strat.parse_config(config)
-            out = strat.run(i, cfg)
-            return (out.real, out.imag)
-        return prep, fn
+        cfg = strat.parse_config(config)
+        return lambda i: strat.run(i, cfg)
     if kind == "scan":
-        return (lambda i: (i,)), (lambda i: tuple(samu_tune.scan(
-            i.eta, i.delta, i.nu_log, i.theta_log, i.br, i.bi))[:2])
+        return lambda i: samu_tune.scan(i.eta, i.delta, i.nu_log, i.theta_log, i.br, i.bi)
     if kind == "seed":
         f = _seed_fn(name)
-        return (lambda i: (i,)), (lambda i: tuple(f(i)))
-    if kind == "accel":
-        prepare, accel_scan = _accel_fn()
-        return (lambda i: prepare(i)), (lambda f, x: (accel_scan(f, x),))
+        return lambda i: ScanOutput(*tuple(f(i))[:2])
     raise ValueError(kind)
 
 
-def _leaves(args):
-    out = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            out.append(a)
-        else:
-            out.extend(a.differentiable())
-    return out
+def make_call(kind, name, config, problem: ScanProblem, device="cuda"):
+    """A zero-argument call that runs one timed unit of the candidate on ``problem`` (forward,
+    or forward + backward when ``problem.backward``) on the next input set of a pool, as the
+    tuner's :class:`samu_tune.timing.Step` does.  accelerated_scan gets its complex inputs
+    prepared outside the call (its transition and layout are not timed)."""
+    step = timing.Step(problem, device, pool=2, seed=1000)
+    if kind != "accel":
+        fn = make_fn(kind, name, config)
+        return lambda: step(fn, step.next_inputs())
+    prepare, accel_scan = _accel_fn()
+    forget, x = prepare(step.next_inputs())
+    if not problem.backward:
+        def forward():
+            with torch.no_grad():
+                return accel_scan(forget, x)
+        return forward
+    forget, x = forget.requires_grad_(True), x.requires_grad_(True)
+    grad = torch.randn_like(x)
+
+    def train():
+        out = accel_scan(forget, x)
+        torch.autograd.grad(out, (forget, x), grad)
+    return train
 
 
-def _grad_ready(args):
-    new = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            new.append(a.detach().requires_grad_(True))
-        else:
-            new.append(a.replace(**{k: getattr(a, k).detach().requires_grad_(True) for k in
-                                    ("eta", "delta", "nu_log", "theta_log", "br", "bi")}))
-    return tuple(new)
+def time_call(call, reps_ms: float, do_bench: bool = False, device="cuda") -> dict:
+    """Time of ``call()`` with the tuner's clock: ``ms`` (median), ``host_ms`` (median host
+    time per call), ``samples``; ``do_bench_ms`` when asked.  On CUDA GPU time
+    (:func:`samu_tune.timing.gpu_samples`), on the CPU wall time (as the tuner's CPU path)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        samples = []
+        for _ in range(max(3, int(reps_ms))):
+            t0 = timing.now()
+            call()
+            samples.append((timing.now() - t0) * 1e3)
+            if len(samples) >= 3 and sum(samples) >= reps_ms:
+                break
+        return {"ms": timing.median(samples), "host_ms": None, "samples": len(samples)}
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    gpu, host = timing.gpu_for(device), []
+    first = timing.gpu_samples(call, 1, gpu, host)
+    n = timing.reps_for(first[0], device=device, target_ms=reps_ms, lo=5, hi=100)
+    samples = first + timing.gpu_samples(call, n - 1, gpu, host)
+    res = {"ms": timing.median(samples), "host_ms": timing.median(host), "samples": len(samples)}
+    if do_bench:
+        import triton.testing
+        res["do_bench_ms"] = triton.testing.do_bench(call, warmup=25, rep=reps_ms,
+                                                     return_mode="median")
+    return res
 
 
-def measure(kind, name, config, shape, dtype, modes=("forward", "train"), reps_ms=200):
-    """Times (ms) of one candidate on one shape: forward and forward+backward."""
+def measure(kind, name, config, shape, dtype, modes=("forward", "train"), reps_ms=200,
+            do_bench=False):
+    """Times (ms) of one candidate on one shape: forward and forward+backward, with the
+    first call's seconds (``first_{mode}_s``) and the host time per call."""
     B, L, M = shape
-    problem = ScanProblem(B=B, L=L, M=M, dtype=dtype, device="cuda")
-    inputs = random_inputs(problem, seed=0)
-    prep, fn = make_fn(kind, name, config)
-    args = prep(inputs)
     res = {}
-    if "forward" in modes:
-        with torch.no_grad():
-            t0 = time.perf_counter()
-            fn(*args)
-            torch.cuda.synchronize()
-            res["first_forward_s"] = time.perf_counter() - t0
-            res["forward_ms"] = triton.testing.do_bench(lambda: fn(*args), warmup=25, rep=reps_ms,
-                                                        return_mode="median")
-    if "train" in modes:
-        gargs = _grad_ready(args)
-        leaves = [t for t in _leaves(gargs) if t.requires_grad]
-        outs = fn(*gargs)
-        grads = [torch.randn_like(o) for o in outs]
-
-        def step():
-            o = fn(*gargs)
-            torch.autograd.grad(o, leaves, grads, allow_unused=True)
+    for mode in modes:
+        problem = ScanProblem(B=B, L=L, M=M, dtype=dtype, device="cuda", backward=mode == "train")
+        call = make_call(kind, name, config, problem)
         t0 = time.perf_counter()
-        step()
+        call()
         torch.cuda.synchronize()
-        res["first_train_s"] = time.perf_counter() - t0
-        res["train_ms"] = triton.testing.do_bench(step, warmup=25, rep=reps_ms,
-                                                  return_mode="median")
+        res[f"first_{mode}_s"] = time.perf_counter() - t0
+        for k, v in time_call(call, reps_ms, do_bench).items():
+            res[f"{mode}_{k}"] = v
     return res
 
 
 def copy_bandwidth_tbps() -> float:
-    n = 1 << 30  # 1 GiB each way
-    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
-    dst = torch.empty_like(src)
-    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=10, rep=200,
-                                 return_mode="median")
-    return 2 * n / (ms * 1e-3) / 1e12
+    return timing.copy_bandwidth(torch.cuda.current_device()) / 1e12
 
 
 def gpu_verify(name, config, shape=(2, 300, 70), dtype="bfloat16"):
@@ -194,19 +198,10 @@ def _warm(task):
     t0 = time.perf_counter()
     try:
         B, L, M = shape
-        problem = ScanProblem(B=B, L=L, M=M, dtype=dtype, device="cuda")
-        inputs = random_inputs(problem, seed=0)
-        prep, fn = make_fn(kind, name, config)
-        args = prep(inputs)
-        if "forward" in modes:
-            with torch.no_grad():
-                fn(*args)
-        if "train" in modes:
-            gargs = _grad_ready(args)
-            leaves = [t for t in _leaves(gargs) if t.requires_grad]
-            outs = fn(*gargs)
-            torch.autograd.grad(outs, leaves, [torch.ones_like(o) for o in outs],
-                                allow_unused=True)
+        for mode in modes:
+            problem = ScanProblem(B=B, L=L, M=M, dtype=dtype, device="cuda",
+                                  backward=mode == "train")
+            make_call(kind, name, config, problem)()
         torch.cuda.synchronize()
         return task, time.perf_counter() - t0, None
     except Exception as exc:  # recorded, the benchmark goes on
@@ -316,6 +311,8 @@ def main(argv=None):
     ap.add_argument("--tune-budget", type=float, default=0.0,
                     help="seconds of tuning per (shape, mode); 0 skips tuning and scan timing")
     ap.add_argument("--tune-max-configs", type=int, default=12)
+    ap.add_argument("--do-bench", action="store_true",
+                    help="also time each call with triton.testing.do_bench ({mode}_do_bench_ms)")
     args = ap.parse_args(argv)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -386,14 +383,17 @@ def main(argv=None):
             row["error"] = warm["error"]
         else:
             try:
-                row.update(measure(kind, name, cfg, shape, dtype, modes, args.rep_ms))
+                row.update(measure(kind, name, cfg, shape, dtype, modes, args.rep_ms,
+                                   args.do_bench))
             except Exception as exc:
                 row["error"] = f"{type(exc).__name__}: {exc}"[:500]
         _bw(row, shape, dtype, bw)
         rows.append(row)
         print(f"{kind:8s} {name:18s} {str(shape):18s} {dtype:8s} "
               f"fwd {row.get('forward_ms', float('nan')):8.3f} ms "
+              f"(host {row.get('forward_host_ms', float('nan')):6.3f}) "
               f"train {row.get('train_ms', float('nan')):8.3f} ms "
+              f"(host {row.get('train_host_ms', float('nan')):6.3f}) "
               f"{row.get('error', '')[:80]}", flush=True)
         if len(rows) % 10 == 0:
             result["rows"] = rows
@@ -411,7 +411,7 @@ def main(argv=None):
                    "shape": list(shape), "dtype": dtype}
             try:
                 row.update(measure("scan", "scan", None, shape, dtype, ("forward", "train"),
-                                   args.rep_ms))
+                                   args.rep_ms, args.do_bench))
                 from samu_tune import explain
                 for mode in ("forward", "train"):
                     p = ScanProblem(B=shape[0], L=shape[1], M=shape[2], dtype=dtype,
