@@ -9,7 +9,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import samu_tune
 from samu_tune.kernels import decode as kernels
 from samu_tune.layer import SAMUParams, step_reference
-from samu_tune.tolerances import check
+from samu_tune.tolerances import TOLERANCES, check
 
 
 def _layer(M=6, seed=0, **kw):
@@ -178,3 +178,36 @@ def test_inference_tensors_are_not_cached():
     want, _ = step_reference(x.double(), SAMUParams(*(p.double() for p in layer.params())),
                              tuple(s.double() for s in state))
     assert check("y", y, want, 1e-5) is None
+
+
+@pytest.mark.gpu
+def test_in_place_step_replays_in_a_cuda_graph():
+    """Captured once with static buffers, replayed per token: equal to forward on the tokens."""
+    B, L, M = 4, 5, 96
+    layer = _layer(M).cuda()
+    g = torch.Generator().manual_seed(2)
+    xs = torch.randn(B, L, 2 * M, generator=g).cuda()
+    state0 = tuple(torch.randn(B, M, generator=g).cuda() for _ in range(2))
+    x_t, out = torch.empty(B, 2 * M, device="cuda"), torch.empty(B, 2 * M, device="cuda")
+    state = tuple(s.clone() for s in state0)
+    with torch.no_grad():
+        y_fwd, final = layer(xs, state0)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # compile and fill the caches outside the capture
+            layer.step(x_t, state, out=out, state_out=state)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            layer.step(x_t, state, out=out, state_out=state)
+        for s, s0 in zip(state, state0):
+            s.copy_(s0)
+        ys = []
+        for t in range(L):
+            x_t.copy_(xs[:, t])
+            graph.replay()
+            ys.append(out.clone())
+    tol = TOLERANCES["float32"].forward
+    assert check("y", torch.stack(ys, dim=1), y_fwd, tol) is None
+    assert check("final_r", state[0], final[0], 1e-5) is None
+    assert check("final_i", state[1], final[1], 1e-5) is None

@@ -225,29 +225,35 @@ def _check_outputs(x: torch.Tensor, state: Optional[State], out: Optional[torch.
                    state_out: Optional[State], M: int) -> None:
     """Shapes, dtypes, and aliasing: out overlaps nothing; state_out[i] is state[i] or new.
 
-    Byte ranges [start, end) of the contiguous extents; a non-contiguous x or state is copied
-    before the launch, so only contiguous inputs can alias an output.
+    Compares the byte ranges [start, end) of contiguous extents; a non-contiguous x or state
+    is copied before the launch, so only contiguous inputs can alias an output.  An entry is
+    (start, end, tag): equal tags mark state[i] and state_out[i], the one allowed alias.
     """
     B = x.shape[0]
-    inputs = [(x.data_ptr(), x.numel() * x.element_size(), "x")]
+    p = x.data_ptr()
+    inputs = [(p, p + x.numel() * x.element_size(), "x")]
     if state is not None:
-        inputs += [(s.data_ptr(), s.numel() * s.element_size(), f"state[{i}]")
-                   for i, s in enumerate(state)]
+        for i, s in enumerate(state):
+            p = s.data_ptr()
+            inputs.append((p, p + s.numel() * s.element_size(), i))
     outputs = []
     if state_out is not None:
         if not isinstance(state_out, (tuple, list)) or len(state_out) != 2:
             raise ValueError("state_out must be a pair (h_r, h_i) of fp32 [B, M] tensors")
-        outputs = [(_check_buffer(f"state_out[{i}]", s, (B, M), torch.float32, x.device),
-                    B * M * 4, f"state_out[{i}]") for i, s in enumerate(state_out)]
+        for i, s in enumerate(state_out):
+            p = _check_buffer(f"state_out[{i}]", s, (B, M), torch.float32, x.device)
+            outputs.append((p, p + B * M * 4, i))
     if out is not None:
-        outputs.append((_check_buffer("out", out, (B, 2 * M), x.dtype, x.device),
-                        B * 2 * M * out.element_size(), "out"))
-    for k, (o0, on, oname) in enumerate(outputs):
-        for p0, pn, pname in inputs + outputs[k + 1:]:
-            in_place = pname == "state" + oname[len("state_out"):] and p0 == o0 and pn == on
-            if o0 < p0 + pn and p0 < o0 + on and not in_place:
-                raise ValueError(f"{oname} overlaps {pname}: an output may only be its own "
-                                 "state (state_out[i] = state[i], in-place update)")
+        p = _check_buffer("out", out, (B, 2 * M), x.dtype, x.device)
+        outputs.append((p, p + out.numel() * out.element_size(), "out"))
+    for k, (o0, o1, otag) in enumerate(outputs):
+        for p0, p1, ptag in inputs + outputs[k + 1:]:
+            if o0 < p1 and p0 < o1 and not (otag == ptag and o0 == p0 and o1 == p1):
+                def name(tag, prefix):
+                    return tag if isinstance(tag, str) else f"{prefix}[{tag}]"
+                other = name(ptag, "state" if (p0, p1, ptag) in inputs else "state_out")
+                raise ValueError(f"{name(otag, 'state_out')} overlaps {other}: an output may "
+                                 "only be its own state (state_out[i] = state[i], in place)")
 
 
 def _check_inputs(x: torch.Tensor, M: int, state: Optional[State]) -> None:
