@@ -23,6 +23,7 @@ import argparse
 import collections
 import inspect
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -142,10 +143,8 @@ def main(argv=None):
         # The stubbed launch needs the kernel path chosen on CPU tensors: pretend the
         # interpreter is on (nothing is interpreted, the stub never launches).
         from samu_tune import settings as settings_mod
-        settings_mod.settings.cache_clear()
-        import os
         os.environ["TRITON_INTERPRET"] = "1"
-        settings_mod.settings()
+        settings_mod.reload_settings()
     rows = []
     for use_out in (False, True):
         rows += profile(args.device, args.batches, args.M, use_out, args.calls)
