@@ -4,14 +4,17 @@ Layer (x [B, L, 2M] bf16, fp32 parameters): forward and forward+backward of
   - ``samu_tune.SAMU`` (controller and write in torch, the tuned ``samu_tune.scan``, ReLU),
   - the same layer with the seed's default scan dispatch in place of ``samu_tune.scan``
     (the seed's own fused-write path needs its private controller cache; not timed here).
-Decode (one token, x [B, 2M] bf16): tokens/s at B = 1, 8, 64 of our ``single`` and
-``blocked`` kernels and the seed's ``samu_decode`` / ``samu_decode_blocked``, each checked
-against the float64 step reference first.
-Writes ``layer.json`` under --out.
+Decode (one token, x [B, 2M] bf16, M = 512): tokens/s at B = 1, 8, 64 of ``SAMU.step``
+(auto, single, blocked; fresh outputs and in place) and the seed's ``samu_decode`` /
+``samu_decode_blocked``, each checked against the float64 step reference first, timed as a
+back-to-back loop (host + device: what generation pays) and as a CUDA-graph replay (device
+only).  See :func:`decode_rows`.
+Writes ``layer.json`` under --out (``--decode-only``: the decode rows only).
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -95,13 +98,59 @@ def layer_rows(rep_ms):
     return rows
 
 
-def decode_rows(rep_ms):
+def _step_loop_us(fn, steps, repeats=5):
+    """Wall time per call of ``steps`` back-to-back calls, one sync at the end (best of 5).
+
+    What a generation loop pays per token: host path and kernel, whichever is longer.
+    """
+    for _ in range(20):
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) / steps)
+    return best * 1e6
+
+
+def _graph_us(fn, steps, repeats=5):
+    """Per step of one CUDA graph holding ``fn`` once, replayed ``steps`` times: the device
+    side of a step with the host path taken out (fn's allocations come from the graph pool)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return _step_loop_us(graph.replay, steps, repeats)
+
+
+def decode_rows(steps):
+    """Tokens/s of one decode step, x [B, 2M] bf16, fp32 state, M = DECODE_M.
+
+    Ours through ``SAMU.step`` (the generation API: cached digested parameters and launch
+    plan), with fresh outputs and with ``out=``/``state_out=state`` (in place, no
+    allocation); the seed's ``samu_decode`` and ``samu_decode_blocked`` (its blocked inputs
+    prepared once, outside the loop).  Each variant is checked against the float64 step
+    reference first, then timed as a loop (``step_us``, the tokens/s basis) and as a
+    CUDA-graph replay (``graph_us``: the kernel-bound floor).
+    """
     seed = _seed()
     rows = []
     M = DECODE_M
     torch.manual_seed(0)
-    layer = samu_tune.SAMU(M, device="cuda")
-    p = layer.params()
+    base = samu_tune.SAMU(M, device="cuda")
+    layers = {}
+    for name in ("auto", "single", "blocked"):
+        layers[name] = copy.deepcopy(base)
+        layers[name].decode_strategy = name
+    p = base.params()
     for B in DECODE_BATCHES:
         x = torch.randn(B, 2 * M, device="cuda", dtype=torch.bfloat16)
         state = tuple(torch.randn(B, M, device="cuda") * 0.5 for _ in range(2))
@@ -109,8 +158,16 @@ def decode_rows(rep_ms):
             want_y, want_s = step_reference(x.double(), p.to(torch.float64),
                                             tuple(s.double() for s in state),
                                             dtype=torch.float64)
-        variants = [(f"ours {n}", lambda n=n: decode_step(x, p, state, strategy=n))
-                    for n in ("single", "blocked")]
+        out = torch.empty_like(x)
+        work = tuple(s.clone() for s in state)  # the in-place variants' state
+
+        def in_place(layer):
+            return lambda: layer.step(x, work, out=out, state_out=work)
+
+        variants = []
+        for name, layer in layers.items():
+            variants.append((f"ours step {name}", lambda layer=layer: layer.step(x, state)))
+            variants.append((f"ours step {name} in-place", in_place(layer)))
         if seed is not None:
             with torch.no_grad():
                 gamma = torch.sqrt(torch.clamp(1 - torch.exp(-2 * p.nu_log.exp()), min=0)) + 1e-8
@@ -119,9 +176,9 @@ def decode_rows(rep_ms):
                           for a in (p.phase_amplitude, p.radial_amplitude)]
                 theta = p.theta_log.exp()
                 blocked_args = (*unit, *scales, p.nu_log.exp(), theta.cos(), theta.sin(), gamma)
+            raw = [t.detach() for t in p]
             variants += [
-                ("seed samu_decode", lambda: seed.samu_decode(x, *[t.detach() for t in p],
-                                                              *state)),
+                ("seed samu_decode", lambda: seed.samu_decode(x, *raw, *state)),
                 ("seed samu_decode_blocked",
                  lambda: seed.samu_decode_blocked(x, *blocked_args, *state)),
             ]
@@ -129,18 +186,24 @@ def decode_rows(rep_ms):
             row = {"name": name, "B": B, "M": M}
             try:
                 with torch.no_grad():
+                    for w, s in zip(work, state):
+                        w.copy_(s)  # the in-place variants start from the same state
                     y, s = fn()
                     err = max((y.double() - want_y).abs().max().item(),
                               (s[0].double() - want_s[0]).abs().max().item(),
                               (s[1].double() - want_s[1]).abs().max().item())
                     row["max_abs_err"] = err
-                    row["step_us"] = _bench(fn, rep_ms) * 1e3
-                row["tokens_per_s"] = B / (row["step_us"] * 1e-6)
+                    row["step_us"] = _step_loop_us(fn, steps)
+                    row["tokens_per_s"] = B / (row["step_us"] * 1e-6)
+                    row["graph_us"] = _graph_us(fn, steps)
+                    row["tokens_per_s_graph"] = B / (row["graph_us"] * 1e-6)
             except Exception as exc:
                 row["error"] = f"{type(exc).__name__}: {exc}"[:400]
-            print(f"decode {name:26s} B={B:3d} M={M}: {row.get('step_us', float('nan')):.2f} us"
-                  f" {row.get('tokens_per_s', float('nan')):.3g} tok/s"
-                  f" err {row.get('max_abs_err', float('nan')):.2e} {row.get('error', '')}",
+            print(f"decode {name:30s} B={B:3d} M={M}: {row.get('step_us', float('nan')):7.2f} us"
+                  f" {row.get('tokens_per_s', float('nan')):.3g} tok/s | graph"
+                  f" {row.get('graph_us', float('nan')):6.2f} us"
+                  f" {row.get('tokens_per_s_graph', float('nan')):.3g} tok/s"
+                  f" | err {row.get('max_abs_err', float('nan')):.2e} {row.get('error', '')}",
                   flush=True)
             rows.append(row)
     return rows
@@ -150,11 +213,15 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
     ap.add_argument("--rep-ms", type=int, default=100)
+    ap.add_argument("--decode-steps", type=int, default=500,
+                    help="steps per timed decode loop (best of 5 loops)")
+    ap.add_argument("--decode-only", action="store_true", help="skip the layer benchmark")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-              "decode": decode_rows(args.rep_ms), "layer": layer_rows(args.rep_ms)}
+              "decode": decode_rows(args.decode_steps),
+              "layer": [] if args.decode_only else layer_rows(args.rep_ms)}
     (out / "layer.json").write_text(json.dumps(result, indent=1))
 
 

@@ -143,17 +143,24 @@ def test_reference_formula_by_hand():
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_step_over_tokens_equals_forward(dtype, device):
+@pytest.mark.parametrize("in_place", [False, True])
+def test_step_over_tokens_equals_forward(dtype, device, in_place):
+    """``in_place``: one ``out`` buffer and ``state_out=state`` for every step."""
     B, L, M = 2, 6, 5
     layer = _layer(M).to(device)
     x, _, state = _inputs(B, L, M, dtype, h0=True)
     x, state = x.to(device), tuple(st.to(device) for st in state)
     with torch.no_grad():
         y, final = layer(x, state)
-        s = state
+        s = tuple(st.clone() for st in state)
+        out = torch.empty(B, 2 * M, dtype=dtype, device=device)
         ys = []
         for t in range(L):
-            yt, s = layer.step(x[:, t], s)
+            if in_place:
+                yt, s = layer.step(x[:, t], s, out=out, state_out=s)
+                yt = yt.clone()
+            else:
+                yt, s = layer.step(x[:, t], s)
             ys.append(yt)
     y_steps = torch.stack(ys, dim=1)
     tol = TOLERANCES[str(dtype).removeprefix("torch.")].forward

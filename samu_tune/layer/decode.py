@@ -11,19 +11,31 @@ Strategies (all compute :func:`samu_tune.layer.reference.step_reference`):
 ``"auto"`` takes ``reference`` on a plain CPU, for float64, or when gradients are needed;
 otherwise ``blocked`` for ``B < BLOCKED_BELOW_B`` rows (and more than one mode tile), else
 ``single``.  This rule is a placeholder until decode is tuned like the scan.
+
+Decode is host-bound (the kernel runs for a few microseconds), so the per-step host path is
+kept short (issue 7): a :class:`Decoder` (one per :class:`samu_tune.SAMU`) keeps
+
+- the parameters digested into one fp32 buffer (:func:`decode_constants`: nu, cos/sin theta,
+  gamma, unit directions, amplitude scales), rebuilt only when a parameter's storage or
+  version counter changes (:class:`ConstantsCache`);
+- the resolved strategy, config and grid per (B, dtype, device, state given), so a step does
+  cheap checks, at most three allocations (none with ``out=``/``state_out=``) and one launch
+  of a kernel with nine runtime arguments.
 """
 from __future__ import annotations
 
+import functools
 import math
-from typing import Literal, Optional, Union
+from typing import Literal, NamedTuple, Optional, Union
 
 import torch
-import triton
 from pydantic import BaseModel, ConfigDict
 
+from ..kernels import decode as kernels
 from ..settings import settings
 from ..strategies._alloc import empty
-from .reference import SAMUParams, State, step_reference
+from .controller import unit_directions
+from .reference import SAMUParams, State, step_reference, write_gamma
 
 DecodeName = Literal["single", "blocked", "reference"]
 BLOCKED_BELOW_B = 32
@@ -39,10 +51,21 @@ class DecodeConfig(BaseModel):
     num_warps: Literal[1, 2, 4, 8] = 4
 
 
+# Plain integer helpers: triton.cdiv / next_power_of_2 are constexpr-function wrappers whose
+# call costs microseconds, which a decode step pays several times.
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+@functools.lru_cache(maxsize=None)
 def default_config(name: str, M: int) -> DecodeConfig:
     cap = 256 if name == "single" else 64
-    block_m = max(16, min(cap, triton.next_power_of_2(M)))
-    block_d = max(64, min(1024, triton.next_power_of_2(2 * M + 1)))
+    block_m = max(16, min(cap, _next_power_of_2(M)))
+    block_d = max(64, min(1024, _next_power_of_2(2 * M + 1)))
     return DecodeConfig(block_m=block_m, block_d=block_d, num_warps=8 if block_d >= 512 else 4)
 
 
@@ -52,8 +75,10 @@ def kernels_available(x: torch.Tensor) -> bool:
 
 
 def _needs_grad(x: torch.Tensor, params: SAMUParams, state: Optional[State]) -> bool:
-    tensors = [x, *params, *(state or ())]
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    if not torch.is_grad_enabled():
+        return False
+    return x.requires_grad or any(t.requires_grad for t in params) or (
+        state is not None and any(t.requires_grad for t in state))
 
 
 def choose(x: torch.Tensor, params: SAMUParams, state: Optional[State] = None) -> DecodeName:
@@ -62,14 +87,12 @@ def choose(x: torch.Tensor, params: SAMUParams, state: Optional[State] = None) -
             or x.dtype == torch.float64 or any(p.dtype == torch.float64 for p in params)):
         return "reference"
     B, M = x.shape[0], params.modes
-    tiles = triton.cdiv(M, default_config("blocked", M).block_m)
+    tiles = _cdiv(M, default_config("blocked", M).block_m)
     return "blocked" if B < BLOCKED_BELOW_B and tiles > 1 else "single"
 
 
-def _check(x: torch.Tensor, params: SAMUParams, state: Optional[State]) -> None:
+def _check_params(params: SAMUParams) -> None:
     M = params.modes
-    if x.ndim != 2 or x.shape[1] != 2 * M:
-        raise ValueError(f"x must have shape [B, 2M] with 2M = {2 * M}, got {list(x.shape)}")
     for name, p, shape in (("phase_direction", params.phase_direction, (2 * M + 1,)),
                            ("radial_direction", params.radial_direction, (2 * M + 1,)),
                            ("phase_amplitude", params.phase_amplitude, ()),
@@ -77,73 +100,287 @@ def _check(x: torch.Tensor, params: SAMUParams, state: Optional[State]) -> None:
                            ("theta_log", params.theta_log, (M,))):
         if tuple(p.shape) != shape:
             raise ValueError(f"{name} must have shape {list(shape)}, got {list(p.shape)}")
-    if state is not None:
-        for i, s in enumerate(state):
-            if tuple(s.shape) != (x.shape[0], M):
-                raise ValueError(f"state[{i}] must have shape [B, M] = {[x.shape[0], M]}, "
-                                 f"got {list(s.shape)}")
-    devices = {t.device for t in (x, *params, *(state or ()))}
+    devices = {p.device for p in params}
     if len(devices) > 1:
-        raise ValueError(f"x, params and state must be on one device, got {sorted(map(str, devices))}")
+        raise ValueError(f"the parameters must be on one device, got {sorted(map(str, devices))}")
 
 
-def launch(name: str, x: torch.Tensor, params: SAMUParams, state: Optional[State],
-           cfg: DecodeConfig) -> tuple[torch.Tensor, State]:
-    """Run the ``single`` or ``blocked`` kernel (no autograd)."""
-    from ..kernels.decode import samu_decode_step
+def decode_constants(params: SAMUParams) -> torch.Tensor:
+    """fp32 [8M + 4] on the parameters' device: what the kernel needs from the parameters.
 
-    B, M = x.shape[0], params.modes
-    x = x.contiguous()
-    p = [t.detach().contiguous() for t in params]
-    out = empty(B, 2 * M, dtype=x.dtype, device=x.device)
-    last_r = empty(B, M, dtype=torch.float32, device=x.device)
-    last_i = empty(B, M, dtype=torch.float32, device=x.device)
-    if state is None:
-        state_r = state_i = last_r  # never read (HAS_STATE=False)
-    else:
-        state_r, state_i = (s.detach().to(torch.float32).contiguous() for s in state)
-    tiles = triton.cdiv(M, cfg.block_m)
-    per_program = tiles if name == "single" else 1
-    grid = (triton.cdiv(tiles, per_program), B)
-    samu_decode_step[grid](
-        x, *p, state_r, state_i, out, last_r, last_i,
-        M, per_program, 1.0 / math.sqrt(M),
-        HAS_STATE=state is not None, BLOCK_D=cfg.block_d, BLOCK_M=cfg.block_m,
-        num_warps=cfg.num_warps)
-    return out, (last_r, last_i)
+    ``cat(nu, cos theta, sin theta, gamma [M each], d_p / |d_p|, d_r / |d_r| [2M + 1 each],
+    tanh(a_p) / sqrt(M), tanh(a_r) / sqrt(M))`` (layout: :mod:`samu_tune.kernels.decode`),
+    computed in float64 and rounded once.  No autograd graph.
+    """
+    _check_params(params)
+    f64 = torch.float64
+    with torch.no_grad():
+        nu_log = params.nu_log.to(f64)
+        theta = params.theta_log.to(f64).exp()
+        amp = torch.stack([params.phase_amplitude, params.radial_amplitude]).to(f64)
+        parts = [nu_log.exp(), theta.cos(), theta.sin(), write_gamma(nu_log),
+                 unit_directions(params, f64).reshape(-1),
+                 torch.tanh(amp) / math.sqrt(params.modes)]
+        return torch.cat(parts).to(torch.float32)
+
+
+class ConstantsCache:
+    """:func:`decode_constants` memoised on the parameters' storage and version counter.
+
+    An in-place change through torch (an optimizer step, ``load_state_dict``, ``p.add_``
+    under ``no_grad``), assigning ``p.data``, or moving the module, changes the key and
+    rebuilds the buffer.  A write the version counter does not see (through ``p.data.add_``,
+    numpy, or another untracked alias) needs :meth:`clear`.  The cache holds the cached
+    parameters' storages, so a freed parameter's address cannot come back under the same key.
+    Parameters without a version counter (inference tensors) are not cached.
+    """
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self._key: Optional[tuple] = None
+        self._value: Optional[torch.Tensor] = None
+        self._storages: list = []
+        self.float64 = False
+        self.builds = 0  # how many times the buffer was built (tests, profiling)
+
+    @staticmethod
+    def _key_of(params: SAMUParams) -> Optional[tuple]:
+        try:
+            return (params.nu_log.device,
+                    *[(p.data_ptr(), p._version) for p in params])
+        except RuntimeError:  # inference tensors track no version
+            return None
+
+    def get(self, params: SAMUParams) -> torch.Tensor:
+        key = self._key_of(params)
+        if key is not None and key == self._key:
+            return self._value
+        value = decode_constants(params)
+        self.builds += 1
+        self.float64 = any(p.dtype == torch.float64 for p in params)
+        if key is not None:
+            self._key, self._value = key, value
+            self._storages = [p.untyped_storage() for p in params]
+        return value
+
+    def __getstate__(self):  # a copy or pickle starts empty (its parameters are new tensors)
+        return {}
+
+    def __setstate__(self, _state) -> None:
+        self.clear()
+
+
+class _Plan(NamedTuple):
+    name: str
+    M: int
+    grid: tuple[int, int]
+    tiles_per_program: int
+    meta: dict
 
 
 StrategyArg = Union[str, tuple[str, Union[DecodeConfig, dict, None]]]
 
 
+def _plan(strategy: StrategyArg, x: torch.Tensor, params: SAMUParams,
+          state: Optional[State], float64: bool) -> _Plan:
+    name, config = (strategy, None) if isinstance(strategy, str) else strategy
+    B, M = x.shape[0], params.modes
+    if name == "auto":
+        name = "reference" if float64 else choose(x, params, state)
+    if name == "reference":
+        return _Plan("reference", M, (0, 0), 0, {})
+    if name not in ("single", "blocked"):
+        raise ValueError(f"unknown decode strategy {name!r}; "
+                         "expected 'auto', 'single', 'blocked' or 'reference'")
+    if not kernels_available(x):
+        raise ValueError(f"decode strategy {name!r} needs CUDA tensors or TRITON_INTERPRET=1")
+    if config is None:
+        cfg = default_config(name, M)
+    elif isinstance(config, DecodeConfig):
+        cfg = config
+    else:
+        cfg = DecodeConfig(**config)
+    tiles = _cdiv(M, cfg.block_m)
+    per_program = tiles if name == "single" else 1
+    meta = dict(HAS_STATE=state is not None, BLOCK_D=cfg.block_d, BLOCK_M=cfg.block_m,
+                num_warps=cfg.num_warps)
+    return _Plan(name, M, (_cdiv(tiles, per_program), B), per_program, meta)
+
+
+def _check_buffer(what: str, t: torch.Tensor, shape: tuple, dtype: torch.dtype,
+                  device: torch.device) -> int:
+    """Raise unless t is a contiguous ``dtype`` tensor of ``shape`` on ``device``; its address."""
+    if (not isinstance(t, torch.Tensor) or t.shape != shape or t.dtype != dtype
+            or t.device != device or not t.is_contiguous()):
+        got = (f"{list(t.shape)} {t.dtype} on {t.device}, contiguous={t.is_contiguous()}"
+               if isinstance(t, torch.Tensor) else type(t).__name__)
+        raise ValueError(f"{what} must be a contiguous {dtype} tensor of shape {list(shape)} "
+                         f"on {device}, got {got}")
+    return t.data_ptr()
+
+
+def _check_outputs(x: torch.Tensor, state: Optional[State], out: Optional[torch.Tensor],
+                   state_out: Optional[State], M: int) -> None:
+    """Shapes, dtypes, and aliasing: out overlaps nothing; state_out[i] is state[i] or new.
+
+    Compares the byte ranges [start, end) of contiguous extents; a non-contiguous x or state
+    is copied before the launch, so only contiguous inputs can alias an output.  An entry is
+    (start, end, tag): equal tags mark state[i] and state_out[i], the one allowed alias.
+    """
+    B = x.shape[0]
+    p = x.data_ptr()
+    inputs = [(p, p + x.numel() * x.element_size(), "x")]
+    if state is not None:
+        for i, s in enumerate(state):
+            p = s.data_ptr()
+            inputs.append((p, p + s.numel() * s.element_size(), i))
+    outputs = []
+    if state_out is not None:
+        if not isinstance(state_out, (tuple, list)) or len(state_out) != 2:
+            raise ValueError("state_out must be a pair (h_r, h_i) of fp32 [B, M] tensors")
+        for i, s in enumerate(state_out):
+            p = _check_buffer(f"state_out[{i}]", s, (B, M), torch.float32, x.device)
+            outputs.append((p, p + B * M * 4, i))
+    if out is not None:
+        p = _check_buffer("out", out, (B, 2 * M), x.dtype, x.device)
+        outputs.append((p, p + out.numel() * out.element_size(), "out"))
+    for k, (o0, o1, otag) in enumerate(outputs):
+        for p0, p1, ptag in inputs + outputs[k + 1:]:
+            if o0 < p1 and p0 < o1 and not (otag == ptag and o0 == p0 and o1 == p1):
+                def name(tag, prefix):
+                    return tag if isinstance(tag, str) else f"{prefix}[{tag}]"
+                other = name(ptag, "state" if (p0, p1, ptag) in inputs else "state_out")
+                raise ValueError(f"{name(otag, 'state_out')} overlaps {other}: an output may "
+                                 "only be its own state (state_out[i] = state[i], in place)")
+
+
+def _check_inputs(x: torch.Tensor, M: int, state: Optional[State]) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.ndim != 2 or x.shape[1] != 2 * M:
+        raise ValueError(f"x must have shape [B, 2M] with 2M = {2 * M}, got {list(x.shape)}")
+    if not x.is_floating_point():
+        raise TypeError(f"x must be floating point, got {x.dtype}")
+    if state is not None:
+        if len(state) != 2:
+            raise ValueError("state must be a pair (h_r, h_i) of [B, M] tensors")
+        shape, device = (x.shape[0], M), x.device
+        for i, s in enumerate(state):
+            if s.shape != shape:
+                raise ValueError(f"state[{i}] must have shape [B, M] = {list(shape)}, "
+                                 f"got {list(s.shape)}")
+            if s.device != device:
+                raise ValueError(f"x and state must be on one device, got {x.device} and "
+                                 f"{s.device}")
+
+
+class Decoder:
+    """Decode steps of one layer: the constants cache and the resolved launch plans.
+
+    :meth:`step` is :func:`decode_step` with both remembered between calls.  The plans are
+    keyed by (B, M, x dtype, x device, state given, interpreter on, float64 parameters) and
+    are dropped when the ``strategy`` argument differs from the last call's (change a
+    ``(name, config)`` strategy by passing a new value, not by mutating its config dict).
+    """
+
+    def __init__(self) -> None:
+        self.constants = ConstantsCache()
+        self._plans: dict = {}
+        self._strategy: object = None
+
+    def clear(self) -> None:
+        """Forget the constants and plans (after a parameter write torch cannot see)."""
+        self.constants.clear()
+        self._plans = {}
+
+    def __getstate__(self):
+        return {}
+
+    def __setstate__(self, _state) -> None:
+        self.__init__()
+
+    def step(self, x: torch.Tensor, params: SAMUParams, state: Optional[State] = None, *,
+             strategy: StrategyArg = "auto", out: Optional[torch.Tensor] = None,
+             state_out: Optional[State] = None) -> tuple[torch.Tensor, State]:
+        M = params.modes
+        _check_inputs(x, M, state)
+        if out is not None or state_out is not None:
+            _check_outputs(x, state, out, state_out, M)
+        if _needs_grad(x, params, state):
+            plan_name = strategy if isinstance(strategy, str) else strategy[0]
+            if plan_name not in ("auto", "reference"):
+                _plan(strategy, x, params, state, False)  # unknown names fail first
+                raise ValueError(f"decode strategy {plan_name!r} has no backward; use "
+                                 "'reference' (or torch.no_grad()) when gradients are needed")
+            return _reference(x, params, state, out, state_out)
+        consts = self.constants.get(params)
+        if consts.device != x.device:
+            raise ValueError(f"x and the parameters must be on one device, got {x.device} "
+                             f"and {consts.device}")
+        if strategy is not self._strategy and strategy != self._strategy:
+            self._plans, self._strategy = {}, strategy
+        key = (x.shape[0], M, x.dtype, x.device, state is None, settings().interpret,
+               self.constants.float64)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = _plan(strategy, x, params, state, self.constants.float64)
+        if plan.name == "reference":
+            return _reference(x, params, state, out, state_out)
+        return _launch(plan, x, consts, state, out, state_out)
+
+
+def _reference(x, params, state, out, state_out) -> tuple[torch.Tensor, State]:
+    _check_params(params)
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    y, new_state = step_reference(x, params, state, dtype=dtype)
+    if out is not None:
+        y = out.copy_(y)
+    if state_out is not None:
+        new_state = tuple(s.copy_(n) for s, n in zip(state_out, new_state))
+    return y, new_state
+
+
+def _launch(plan: _Plan, x: torch.Tensor, consts: torch.Tensor, state: Optional[State],
+            out: Optional[torch.Tensor], state_out: Optional[State]) -> tuple[torch.Tensor, State]:
+    """Run the ``single`` or ``blocked`` kernel (no autograd)."""
+    B, M = x.shape[0], plan.M
+    if not x.is_contiguous():
+        x = x.contiguous()
+    if out is None:
+        out = empty(B, 2 * M, dtype=x.dtype, device=x.device)
+    if state_out is None:
+        state_out = (empty(B, M, dtype=torch.float32, device=x.device),
+                     empty(B, M, dtype=torch.float32, device=x.device))
+    if state is None:
+        state_r = state_i = state_out[0]  # never read (HAS_STATE=False)
+    else:
+        state_r, state_i = (s if s.dtype == torch.float32 and s.is_contiguous()
+                            else s.to(torch.float32).contiguous() for s in state)
+    kernels.samu_decode_step[plan.grid](
+        x, consts, state_r, state_i, out, state_out[0], state_out[1], M,
+        plan.tiles_per_program, **plan.meta)
+    return out, tuple(state_out)
+
+
 def decode_step(x: torch.Tensor, params: SAMUParams, state: Optional[State] = None, *,
-                strategy: StrategyArg = "auto") -> tuple[torch.Tensor, State]:
+                strategy: StrategyArg = "auto", out: Optional[torch.Tensor] = None,
+                state_out: Optional[State] = None) -> tuple[torch.Tensor, State]:
     """One step of the SAMU layer: ``x [B, 2M]``, state (h_r, h_i) [B, M] or None (zeros).
 
     Returns ``(y [B, 2M] in x's dtype, new state fp32 [B, M])`` (float64 for the reference on
     float64 inputs).  ``strategy``: ``"auto"``, ``"single"``, ``"blocked"``, ``"reference"``,
     or ``(name, DecodeConfig | dict)``.  The kernels do not build an autograd graph: asking
     for one of them while gradients are needed raises ``ValueError``.
+
+    ``out`` (contiguous [B, 2M] in x's dtype) and ``state_out`` (a pair of contiguous fp32
+    [B, M]) receive y and the new state instead of fresh tensors and are returned;
+    ``state_out=state`` updates the state in place (each element is read before it is
+    written, by the same thread).  ``out`` must not overlap x or the state.  On the
+    reference path they are filled by ``copy_``.
+
+    This free function digests the parameters on every call; :meth:`samu_tune.SAMU.step`
+    keeps a :class:`Decoder` that does it once per parameter version.
     """
-    _check(x, params, state)
-    name, config = (strategy, None) if isinstance(strategy, str) else strategy
-    if name == "auto":
-        name = choose(x, params, state)
-    if name == "reference":
-        dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-        return step_reference(x, params, state, dtype=dtype)
-    if name not in ("single", "blocked"):
-        raise ValueError(f"unknown decode strategy {name!r}; "
-                         "expected 'auto', 'single', 'blocked' or 'reference'")
-    if not kernels_available(x):
-        raise ValueError(f"decode strategy {name!r} needs CUDA tensors or TRITON_INTERPRET=1")
-    if _needs_grad(x, params, state):
-        raise ValueError(f"decode strategy {name!r} has no backward; use 'reference' "
-                         "(or torch.no_grad()) when gradients are needed")
-    if config is None:
-        cfg = default_config(name, params.modes)
-    elif isinstance(config, DecodeConfig):
-        cfg = config
-    else:
-        cfg = DecodeConfig(**config)
-    return launch(name, x, params, state, cfg)
+    return Decoder().step(x, params, state, strategy=strategy, out=out, state_out=state_out)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from . import controller, varlen
-from .decode import decode_step
+from .decode import Decoder
 from .reference import SAMUParams, State
 
 LayerStrategy = Literal["unfused"]
@@ -78,14 +78,16 @@ class SAMU(nn.Module):
         self.radial_direction = param(dirs[1])
         self.phase_amplitude = param(torch.tensor(float(phase_amplitude_init)))
         self.radial_amplitude = param(torch.tensor(float(radial_amplitude_init)))
+        self._decoder = Decoder()  # step's digested parameters and launch plans
 
     def extra_repr(self) -> str:
         return f"modes={self.modes}, strategy={self.strategy!r}"
 
     def params(self) -> SAMUParams:
         """The parameters as a :class:`SAMUParams` (for the reference and decode functions)."""
-        return SAMUParams(self.phase_direction, self.radial_direction, self.phase_amplitude,
-                          self.radial_amplitude, self.nu_log, self.theta_log)
+        p = self._parameters  # direct: nn.Module.__getattr__ costs per step
+        return SAMUParams(p["phase_direction"], p["radial_direction"], p["phase_amplitude"],
+                          p["radial_amplitude"], p["nu_log"], p["theta_log"])
 
     def _check_x(self, x: torch.Tensor, ndim: int, labels: str) -> None:
         if not isinstance(x, torch.Tensor):
@@ -116,13 +118,29 @@ class SAMU(nn.Module):
         y = torch.relu(torch.cat([out.real, out.imag], dim=-1))
         return y, out.final_state
 
-    def step(self, x: torch.Tensor, state: Optional[State] = None) -> tuple[torch.Tensor, State]:
+    def step(self, x: torch.Tensor, state: Optional[State] = None, *,
+             out: Optional[torch.Tensor] = None,
+             state_out: Optional[State] = None) -> tuple[torch.Tensor, State]:
         """One generation step: ``x [B, 2M] -> (y [B, 2M] in x's dtype, state fp32 [B, M])``.
 
         Equal to :meth:`forward` on a length-1 sequence; L steps equal forward on L tokens.
-        Runs the decode kernels (:func:`samu_tune.layer.decode.decode_step`) on CUDA or under
+        Runs the decode kernel (:func:`samu_tune.layer.decode.decode_step`) on CUDA or under
         the Triton interpreter when no gradient is needed (``torch.no_grad()``), else the
         differentiable torch reference.
+
+        ``out`` ([B, 2M], x's dtype) and ``state_out`` (pair of fp32 [B, M]) take y and the new
+        state instead of fresh tensors; ``state_out=state`` updates the state in place, so a
+        generation loop allocates nothing per step (and can be captured in a CUDA graph).
+        The old state's values are then gone: keep a copy if it is needed later.
+
+        The parameters are digested (nu, cos/sin theta, gamma, unit directions) once per
+        parameter version: in-place updates through torch, ``load_state_dict``, ``.to()`` and
+        assigning ``p.data`` are seen; after writing a parameter in a way its version counter
+        does not see (``p.data.add_``, numpy), call :meth:`invalidate_decode_cache`.
         """
-        self._check_x(x, 2, "B, 2M")
-        return decode_step(x, self.params(), state, strategy=self.decode_strategy)
+        return self._decoder.step(x, self.params(), state, strategy=self.decode_strategy,
+                                  out=out, state_out=state_out)
+
+    def invalidate_decode_cache(self) -> None:
+        """Make the next :meth:`step` re-digest the parameters and re-resolve its launch."""
+        self._decoder.clear()
