@@ -46,7 +46,11 @@ FP32_SHAPES = [(1, 16384, 256), (8, 8192, 1024)]
 # timed beside each strategy's default and sampled configs
 KNOWN_GOOD = {
     "lookback": [dict(chunk=16, block_m=128, num_warps=2), dict(chunk=128, block_m=32, num_warps=4),
-                 dict(chunk=16, block_m=64, num_warps=4, sub=16)],
+                 dict(chunk=16, block_m=128, num_warps=2, reach=8),
+                 dict(chunk=128, block_m=32, num_warps=4, reach=32),
+                 dict(chunk=16, block_m=64, num_warps=2, reach=16),
+                 dict(chunk=64, block_m=32, num_warps=4, reach=16),
+                 dict(chunk=32, block_m=64, num_warps=4, reach=8)],
 }
 
 
@@ -229,9 +233,10 @@ def _bw(row, shape, dtype, bw):
             row[f"{mode}_bw_frac"] = arrays * nbytes / (row[f"{mode}_ms"] * 1e-3) / (bw * 1e12)
 
 
-def tune_and_ship(cases, rows, args, out_dir):
-    """Tune each (shape, mode); the cache entry is the faster of the tuner's winner and the
-    best candidate timed by this benchmark.  Exports the cache as ``defaults.json``."""
+def tune_and_ship(cases, rows, args, out_dir, use_tuner=True):
+    """Tune each (shape, mode) (unless not ``use_tuner``); the cache entry is the faster of
+    the tuner's winner and the best candidate timed by this benchmark.  Exports the cache as
+    ``defaults.json``."""
     from samu_tune import cache, tune
     from samu_tune.device import device_info
     tuned = []
@@ -241,6 +246,8 @@ def tune_and_ship(cases, rows, args, out_dir):
             p = ScanProblem(B=B, L=L, M=M, dtype=dtype, device="cuda")
             info = {"shape": list(shape), "dtype": dtype, "mode": mode}
             try:
+                if not use_tuner:
+                    raise LookupError("tuner not run (--ship-bench)")
                 res = tune(p, mode, budget_s=args.tune_budget, max_configs=args.tune_max_configs)
                 entry = cache.entry_from_result(res)
                 info.update(tuner_winner=res.winner.name, tuner_ms=res.winner.time_ms,
@@ -311,6 +318,9 @@ def main(argv=None):
     ap.add_argument("--tune-budget", type=float, default=0.0,
                     help="seconds of tuning per (shape, mode); 0 skips tuning and scan timing")
     ap.add_argument("--tune-max-configs", type=int, default=12)
+    ap.add_argument("--ship-bench", action="store_true",
+                    help="without tuning: cache each case's fastest timed candidate, export it "
+                         "as defaults.json and time samu_tune.scan dispatching to it")
     ap.add_argument("--do-bench", action="store_true",
                     help="also time each call with triton.testing.do_bench ({mode}_do_bench_ms)")
     args = ap.parse_args(argv)
@@ -403,8 +413,9 @@ def main(argv=None):
 
     # 4. tune each case (budgeted), keep the faster of the tuner's winner and the best timed
     #    candidate above as the cache entry, export it as the shipped table, time the dispatch
-    if args.tune_budget > 0:
-        result["tuned"] = tune_and_ship(cases, rows, args, out_dir)
+    if args.tune_budget > 0 or args.ship_bench:
+        result["tuned"] = tune_and_ship(cases, rows, args, out_dir,
+                                        use_tuner=args.tune_budget > 0)
         save()
         for shape, dtype in cases:
             row = {"kind": "scan", "name": "samu_tune.scan", "config": None,
