@@ -1,7 +1,7 @@
 """Quick GPU timing of ``lookback`` configs against ``serial`` at the long-L shapes.
 
     python scripts/bench_lookback.py [--out DIR] [--shapes 8x8192x1024,...] [--all]
-        [--configs CHUNKxBLOCK_MxWARPS[xSUB[xREACH]][c],...] [--warm N]
+        [--configs CHUNKxBLOCK_MxWARPS[xSUB][c],...] [--warm N]
 
 For each shape (bf16 data, fp32 controls) and config: a correctness check against the serial
 strategy (relative norm, bf16 tolerances, forward and gradients), then forward and
@@ -48,12 +48,12 @@ CONFIGS = [LookbackConfig(chunk=c, block_m=m, num_warps=w, lookback=mode, window
 
 
 def parse_config(spec: str) -> LookbackConfig:
-    """``16x128x2x1x8`` (chunk x block_m x warps x sub x reach; the last two optional), with a
-    trailing ``c`` for chained look-back."""
+    """``16x128x2x4`` (chunk x block_m x warps x sub; sub optional), with a trailing ``c``
+    for chained look-back."""
     chained = spec.endswith("c")
-    vals = [int(v) for v in spec.rstrip("c").split("x")] + [1, 1]
+    vals = [int(v) for v in spec.rstrip("c").split("x")] + [1]
     return LookbackConfig(chunk=vals[0], block_m=vals[1], num_warps=vals[2], sub=vals[3],
-                          reach=vals[4], lookback="chained" if chained else "decoupled")
+                          lookback="chained" if chained else "decoupled")
 
 
 def kernel_ms(step, fn, n: int = 10) -> float:

@@ -1,6 +1,6 @@
 """Registers and spills of ``lookback_scan`` configs for sm_90, without a GPU.
 
-    python scripts/lookback_registers.py [CHUNKxBLOCK_MxWARPS[xSUB[xREACH]] ...]   (default: the config space)
+    python scripts/lookback_registers.py [CHUNKxBLOCK_MxWARPS[xSUB] ...]   (default: the config space)
 
 Compiles the kernel (bf16 data, resets and h0 on) through Triton's NVIDIA backend to PTX and
 runs the ptxas shipped with Triton on it (``ptxas -v``).  This is how the register budget in
@@ -31,11 +31,11 @@ INTS = ("B", "L", "M", "n_mtiles", "n_chunks", "window")
 
 
 def ptx(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
-        reach: int = 1, dt: str = "bf16") -> str:
+        dt: str = "bf16") -> str:
     fn = K.lookback_scan
     data = {"x_r_ptr", "x_i_ptr", "y_r_ptr", "y_i_ptr", "gx_r_ptr", "gx_i_ptr"}
     flags = dict(HAS_RESETS=True, HAS_H0=True, REVERSE=reverse, DECOUPLED=True, CHUNK=chunk,
-                 BLOCK_M=block_m, SUB=sub, REACH=reach)
+                 BLOCK_M=block_m, SUB=sub)
     sig, const, attrs = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in flags:
@@ -63,11 +63,10 @@ def ptx(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
     return mod
 
 
-def registers(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
-              reach: int = 1) -> str:
+def registers(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "k.ptx"
-        path.write_text(ptx(reverse, chunk, block_m, num_warps, sub, reach))
+        path.write_text(ptx(reverse, chunk, block_m, num_warps, sub))
         res = subprocess.run([str(PTXAS), "-arch=sm_90a", "-v", str(path), "-o",
                               str(Path(tmp) / "k.cubin")], capture_output=True, text=True)
     lines = [ln.split("ptxas info    : ")[-1].strip() for ln in res.stderr.splitlines()
@@ -77,21 +76,21 @@ def registers(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int 
 
 def main() -> None:
     if len(sys.argv) > 1:
-        specs = [(tuple(int(v) for v in s.split("x")) + (1, 1))[:5] for s in sys.argv[1:]]
+        specs = [(tuple(int(v) for v in s.split("x")) + (1,))[:4] for s in sys.argv[1:]]
     else:
         from samu_tune.strategies.lookback import LookbackConfig, valid
         from samu_tune.problem import ScanProblem
         from samu_tune.registry import config_space
         big = ScanProblem(B=8, L=8192, M=1024)
-        specs = sorted({(c.chunk, c.block_m, c.num_warps, c.sub, c.reach)
+        specs = sorted({(c.chunk, c.block_m, c.num_warps, c.sub)
                         for c in config_space(LookbackConfig) if valid(big, c)})
     print(f"triton {triton.__version__}, ptxas {PTXAS}")
-    for chunk, block_m, warps, sub, reach in specs:
+    for chunk, block_m, warps, sub in specs:
         per_thread = chunk * block_m // (32 * warps)
         for reverse in (False, True):
             print(f"{'bwd' if reverse else 'fwd'} chunk={chunk:3d} block_m={block_m:3d} "
-                  f"warps={warps} sub={sub} reach={reach} ({per_thread:2d}/thread): "
-                  f"{registers(reverse, chunk, block_m, warps, sub, reach)}", flush=True)
+                  f"warps={warps} sub={sub} ({per_thread:2d}/thread): "
+                  f"{registers(reverse, chunk, block_m, warps, sub)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -58,32 +58,14 @@ def _grads(fn, inputs, weights=(1.0, 3.0, 1.0, -2.0)):
     LookbackPlan.of(SMALL, window=3),
     LookbackPlan.of(LookbackConfig(chunk=32, block_m=32, num_warps=4), window=100),
     LookbackPlan.of(CHAINED, window=2),
-    LookbackPlan.of(SMALL.model_copy(update={"reach": 4}), window=3),
-    LookbackPlan.of(CHAINED.model_copy(update={"reach": 4}), window=2),
 ], ids=["decoupled", "chained", "aggregates-every-3", "aggregates-to-chunk0",
-        "chained-window-2", "reach4-aggregates-every-3", "reach4-chained-window-2"])
+        "chained-window-2"])
 def test_many_chunks_ragged_L_and_mode_tiles(plan):
     # L = 70: 5 chunks of 16 (3 of 32), the last ragged; M = 37: 3 tiles of 16 (2 of 32);
     # sparse resets so chunk aggregates are not all zero maps
     problem = _problem(2, 70, 37, dtype="float32", resets=True, initial_state=True,
                        final_state=True)
     _check(plan, problem, seed=1, reset_rate=0.02)
-
-
-@pytest.mark.parametrize("plan", [
-    LookbackPlan.of(SMALL.model_copy(update={"reach": 4}), window=100),
-    LookbackPlan.of(SMALL.model_copy(update={"reach": 8}), window=5),
-    LookbackPlan.of(CHAINED.model_copy(update={"reach": 4, "window": 8})),
-    LookbackPlan.of(CHAINED.model_copy(update={"reach": 16}), window=3),
-], ids=["reach4-to-chunk0", "reach8-aggregates-every-5", "reach4-chained-window-8",
-        "reach16-chained-window-3"])
-def test_look_back_reads_several_predecessors_per_poll(plan):
-    # L = 200: 13 chunks of 16.  A walk back to chunk 0 crosses 12 predecessors: polls of 4
-    # whole aggregate rows, then one ending at an inclusive prefix (mid-window or at its
-    # first row); reach 16 covers a walk in one poll, with rows before chunk 0 masked
-    problem = _problem(2, 200, 21, dtype="float32", resets=True, initial_state=True,
-                       final_state=True)
-    _check(plan, problem, seed=4, reset_rate=0.01)
 
 
 @pytest.mark.parametrize("plan", [
@@ -205,9 +187,6 @@ def test_config_space_is_pruned_and_default_is_valid():
                     assert not (det and cfg.lookback == "decoupled")
                     assert cfg.window == 1 or (cfg.lookback == "chained"
                                                and cfg.window < -(-L // (cfg.chunk * cfg.sub)))
-                    assert cfg.reach == 1 or (
-                        cfg.reach * cfg.block_m <= 16 * 32 * cfg.num_warps
-                        and cfg.reach < 2 * -(-L // (cfg.chunk * cfg.sub)))
     big = strat.configs(_problem(8, 8192, 1024))
     assert {c.chunk for c in big} == {16, 32, 64, 128, 256}
     assert {c.block_m for c in big} == {16, 32, 64, 128}
@@ -215,10 +194,6 @@ def test_config_space_is_pruned_and_default_is_valid():
     assert LookbackConfig(chunk=256, block_m=64) not in big          # over the tile budget
     assert {c.chunk for c in strat.configs(_problem(1, 20, 8))} == {16, 32}
     assert {c.window for c in big} == {1, 8, 32}
-    assert {c.reach for c in big} == {1, 4, 8, 16, 32}
-    assert lb.default(_problem(8, 8192, 1024)).reach == 8            # 16 x 128, 2 warps
-    assert lb.default(_problem(2, 65536, 128, backward=True)).reach == 32
-    assert lb.default(_problem(1, 20, 8)).reach == 1                 # 2 chunks
     assert lb.default(_problem(1, 20, 8, deterministic=True)).lookback == "chained"
     assert lb.default(_problem(1, 20, 8, deterministic=True)).window == 1
     assert lb.default(_problem(1, 5000, 8, deterministic=True)).window == 8
@@ -251,12 +226,9 @@ def _cuda_inputs(problem, seed, reset_rate=0.002):
     LookbackConfig(chunk=64, block_m=32, num_warps=4, lookback="chained", window=8),
     LookbackConfig(chunk=32, block_m=32, num_warps=4, sub=4),
     LookbackConfig(chunk=16, block_m=16, num_warps=2, lookback="chained", window=8, sub=4),
-    LookbackConfig(chunk=16, block_m=16, num_warps=2, reach=32),
-    LookbackConfig(chunk=16, block_m=128, num_warps=2, reach=8),
-    LookbackConfig(chunk=64, block_m=32, num_warps=4, lookback="chained", window=8, reach=4),
-    LookbackConfig(chunk=32, block_m=16, num_warps=2, lookback="chained", reach=16),
-], ids=lambda c: (f"{c.lookback}{c.window}-c{c.chunk}x{c.sub}-m{c.block_m}-w{c.num_warps}"
-                  f"-r{c.reach}"))
+    LookbackConfig(chunk=16, block_m=128, num_warps=2),
+    LookbackConfig(chunk=128, block_m=32, num_warps=4),
+], ids=lambda c: f"{c.lookback}{c.window}-c{c.chunk}x{c.sub}-m{c.block_m}-w{c.num_warps}")
 def test_gpu_race_stress(cfg):
     """Thousands of chunks, repeated: every run close to serial (forward and backward), chained
     runs bitwise identical.  A lost or reordered publication reads an unwritten payload

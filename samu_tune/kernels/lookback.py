@@ -10,10 +10,10 @@ Per program ([CHUNK, BLOCK_M] tile, the transition evaluated in registers):
 1. (P[r], Q[r]) = composition of rows 0..r of z -> A z + u (``tile_scan``); the chunk's
    aggregate is the last row (padding rows are the identity).
 2. Publish the aggregate with status 1 (which chunks do: below).
-3. Look back over predecessor chunks of the same (b, mode tile), REACH of them per poll:
-   wait while the newest unread predecessor's status is 0; status 1 (its aggregate) is
-   composed in and the walk continues further back; status 2 (its inclusive prefix, the state
-   after it) ends the walk.  Chunk 0 starts from ``init``.
+3. Look back over predecessor chunks of the same (b, mode tile): spin while a predecessor's
+   status is 0; status 2 (its inclusive prefix, the state after it) ends the walk, status 1
+   (its aggregate) is composed in and the walk continues one chunk further back.  Chunk 0
+   starts from ``init``.
 4. Publish the inclusive prefix P[last] carry + Q[last] with status 2 (which chunks do: below).
 5. Replay: state[r] = P[r] carry + Q[r] for every row, stored in the output dtype.
 
@@ -42,8 +42,8 @@ grad h0 = conj(A[0]) g[0]; control partials [B, L, n_mtiles], spectrum partials
 
 Memory ordering: payloads are stored by every thread, then a CTA barrier, then one release
 atomic sets the status (the release is cumulative over the writes the barrier ordered before
-it).  Readers poll the statuses with volatile loads and read the payloads with volatile loads
-predicated on them (both served by L2, not L1).
+it).  Readers poll with an acquire atomic (its scalar result is broadcast through shared
+memory behind a barrier) and read payloads with volatile loads (not served from L1).
 """
 import triton
 import triton.language as tl
@@ -69,73 +69,42 @@ def _publish(flag_ptr, status):
 
 
 @triton.jit
-def _look_back(sync_ptr, carry_ptr, slot, c, lane_t, DECOUPLED: tl.constexpr,
-               BLOCK_M: tl.constexpr, REACH: tl.constexpr):
-    """The state entering chunk ``c`` > 0 ([BLOCK_M] pair), from the summaries of c-1, c-2, ...
+def _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, BLOCK_M: tl.constexpr):
+    """The state entering chunk ``c`` ([BLOCK_M] pair): walk predecessors slot-1, slot-2, ...
 
-    A poll reads the statuses of REACH predecessors hi, hi-1, .., hi-REACH+1 in one memory
-    round trip and composes, in one scan of a [REACH, BLOCK_M] tile of maps, the aggregates
-    newer than the first status that is 0 (not yet published) or 2 (an inclusive prefix s_j);
-    a status 2 enters as the constant map z -> s_j and ends the walk.  E = (ea, eb) is the
-    composition of everything passed so far (the newest applied last), so the walk's result is
-    eb once a constant map is in.  When all chunks of a chain run at once, chunk c walks back
-    about c predecessors before any inclusive prefix exists: REACH divides the round trips by
-    REACH.
-
-    Chained (not DECOUPLED): a poll composes only final rows (an inclusive prefix with every
-    row after it published, or REACH aggregates), so which rows are grouped into one scan, and
-    the bits of the result, depend on c alone.  Chunk 0 always publishes an inclusive prefix,
-    so no walk passes it.
+    E = (ea, eb) composes the aggregates of chunks j+1 .. c-1 already passed, so the carry is
+    ea * s_j + eb once the inclusive prefix s_j of chunk j is found.
     """
-    r = tl.arange(0, REACH)                     # [REACH] tile row: oldest at the top
-    k = REACH - 1 - r                           # distance below hi
-    is_bottom = r == REACH - 1
     ea_r = tl.full((BLOCK_M,), 1.0, tl.float32)
     ea_i = tl.zeros((BLOCK_M,), tl.float32)
     eb_r = tl.zeros((BLOCK_M,), tl.float32)
     eb_i = tl.zeros((BLOCK_M,), tl.float32)
-    hi = c - 1
-    while hi >= 0:
-        j = hi - k                                                               # [REACH]
+    carry_r = init_r
+    carry_i = init_i
+    j = c - 1
+    while j >= 0:
         pred = slot - (c - j)
-        # volatile: read from L2, where the publisher's release made payload then status
-        # visible; the payload loads below are predicated on these values, so they are
-        # issued after the statuses arrive (a tensor atomic's result is unreliable in
-        # replicated layouts before Triton 3.5, so no acquire atomic here)
-        status = tl.load(sync_ptr + 1 + pred, mask=j >= 0, other=0, volatile=True)
-        stop = tl.min(tl.where(status == 2, k, REACH), axis=0)
-        gap = tl.min(tl.where(status == 0, k, REACH), axis=0)
-        terminal = stop < gap
-        if DECOUPLED:
-            use = tl.minimum(stop, gap)
-        else:
-            use = tl.where(terminal, stop, tl.where(gap == REACH, REACH, 0))
-        if terminal | (use > 0):
-            is_agg = (k < use)[:, None]                                          # [REACH, 1]
-            is_end = (k == tl.where(terminal, stop, REACH))[:, None]          # k < REACH
-            rows = carry_ptr + pred.to(tl.int64)[:, None] * (SLOT_ROWS * BLOCK_M) + lane_t[None, :]
-            pr = tl.load(rows, mask=is_agg, other=1.0, volatile=True)             # [REACH, BLOCK_M]
-            pi = tl.load(rows + BLOCK_M, mask=is_agg, other=0.0, volatile=True)
-            qr = tl.load(rows + 2 * BLOCK_M, mask=is_agg, other=0.0, volatile=True)
-            qi = tl.load(rows + 3 * BLOCK_M, mask=is_agg, other=0.0, volatile=True)
-            sr = tl.load(rows + 4 * BLOCK_M, mask=is_end, other=0.0, volatile=True)
-            si = tl.load(rows + 5 * BLOCK_M, mask=is_end, other=0.0, volatile=True)
-            pr = tl.where(is_end, 0.0, pr)
-            qr += sr
-            qi += si
-            if REACH > 1:
-                pr, pi, qr, qi = tile_scan(pr, pi, qr, qi)
-            fpr = _last_row(pr, is_bottom)                                       # [BLOCK_M]
-            fpi = _last_row(pi, is_bottom)
-            fqr = _last_row(qr, is_bottom)
-            fqi = _last_row(qi, is_bottom)
-            # E := E o F (the window's map applies first)
-            nbr, nbi = cmul(ea_r, ea_i, fqr, fqi)
-            eb_r += nbr
-            eb_i += nbi
-            ea_r, ea_i = cmul(ea_r, ea_i, fpr, fpi)
-            hi = tl.where(terminal, -1, hi - use)
-    return eb_r, eb_i
+        status = tl.atomic_add(sync_ptr + 1 + pred, 0, sem="acquire")
+        base = carry_ptr + pred.to(tl.int64) * (SLOT_ROWS * BLOCK_M) + lane_t
+        if status == 2:
+            sr = tl.load(base + 4 * BLOCK_M, volatile=True)
+            si = tl.load(base + 5 * BLOCK_M, volatile=True)
+            carry_r, carry_i = cmul(ea_r, ea_i, sr, si)
+            carry_r += eb_r
+            carry_i += eb_i
+            j = c - c - 1
+        elif status == 1:
+            pr = tl.load(base, volatile=True)
+            pi = tl.load(base + BLOCK_M, volatile=True)
+            qr = tl.load(base + 2 * BLOCK_M, volatile=True)
+            qi = tl.load(base + 3 * BLOCK_M, volatile=True)
+            # E := E o (P, Q): the predecessor's map applies first
+            br_, bi_ = cmul(ea_r, ea_i, qr, qi)
+            eb_r += br_
+            eb_i += bi_
+            ea_r, ea_i = cmul(ea_r, ea_i, pr, pi)
+            j = j - 1
+    return carry_r, carry_i
 
 
 @triton.jit
@@ -230,7 +199,6 @@ def lookback_scan(
     B, L, M, n_mtiles, n_chunks, window,
     HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
     DECOUPLED: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, SUB: tl.constexpr,
-    REACH: tl.constexpr,
 ):
     """Grid: (B * n_mtiles * n_chunks,); the program id is ignored in favour of the ticket.
 
@@ -316,11 +284,8 @@ def lookback_scan(
         else:
             init_r = tl.zeros((BLOCK_M,), tl.float32)
             init_i = tl.zeros((BLOCK_M,), tl.float32)
-    if c == 0:
-        carry_r, carry_i = init_r, init_i
-    else:
-        carry_r, carry_i = _look_back(sync_ptr, carry_ptr, slot, c, lane_t, DECOUPLED, BLOCK_M,
-                                      REACH)
+    carry_r, carry_i = _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i,
+                                  BLOCK_M)
 
     # 3. the inclusive prefix: the state after the chunk
     end_r, end_i = cmul(agg_pr, agg_pi, carry_r, carry_i)

@@ -38,9 +38,6 @@ from . import _alloc, _grads
 # 2.31 ms at 8 per thread), so up to 32 per thread stay in the space and the tuner decides.
 _MAX_TILE = 8192
 _MAX_PER_THREAD = 32
-# the look-back's [reach, block_m] summary tiles (six of them) are live beside the chunk's
-# maps: at most 16 elements per thread each
-_MAX_REACH_PER_THREAD = 16
 
 
 class LookbackConfig(BaseModel):
@@ -52,9 +49,7 @@ class LookbackConfig(BaseModel):
     chunks per published inclusive prefix in chained mode (1 in decoupled mode); ``sub``:
     tiles of ``chunk`` steps per program (a program's chunk is ``chunk * sub`` steps: sub > 1
     walks its tiles twice, summary then replay, for more bytes in flight per program and a
-    ``sub`` times shorter look-back chain); ``reach``: predecessors read per look-back poll
-    (one memory round trip per ``reach`` chunks walked back, for a [reach, block_m] tile of
-    summaries in registers).
+    ``sub`` times shorter look-back chain).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -65,7 +60,6 @@ class LookbackConfig(BaseModel):
     lookback: Literal["decoupled", "chained"] = "decoupled"
     window: Literal[1, 8, 32] = 1
     sub: Literal[1, 4, 16] = 1
-    reach: Literal[1, 4, 8, 16, 32] = 1
 
 
 def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
@@ -80,9 +74,6 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
         return False
     if tile_elems < 32 * cfg.num_warps:
         return False
-    if cfg.reach > 1 and (cfg.reach * cfg.block_m > _MAX_REACH_PER_THREAD * 32 * cfg.num_warps
-                          or cfg.reach >= 2 * n_chunks(problem.L, cfg.chunk * cfg.sub)):
-        return False
     if cfg.window > 1 and (cfg.lookback == "decoupled"
                            or cfg.window >= n_chunks(problem.L, cfg.chunk * cfg.sub)):
         return False
@@ -90,15 +81,16 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
 
 
 def default(problem: ScanProblem) -> LookbackConfig:
-    """The configs measured fastest on the H200 (scripts/results/NVIDIA-H200): forward and
-    short-L training 16-step chunks of up to 128 modes at 2 warps (many small programs: a
-    short look-back per hop); long-L training 128-step chunks of 32 modes at 4 warps (fewer
-    hops).  Shrunk to fit small problems.  Under deterministic mode chained, with a window
-    of 8 chunks when there are more."""
-    if problem.backward and problem.L >= 32768:
-        chunk, block_m, num_warps = 128, 32, 4
-    else:
+    """The configs measured fastest on the H200 in GPU time (the tuner's clock; run of
+    scripts/results/NVIDIA-H200/reach/bench_reach.json): 128-step chunks of 32 modes at 4
+    warps (few look-back hops), except forward with B * M >= 16384 (16, 1024, 1024 and
+    8, 8192, 1024), where 16-step chunks of 128 modes at 2 warps were 3-6% faster.  Shrunk to
+    fit small problems.  Under deterministic mode chained, with a window of 8 chunks when
+    there are more."""
+    if not problem.backward and problem.B * problem.M >= 16384:
         chunk, block_m, num_warps = 16, 128, 2
+    else:
+        chunk, block_m, num_warps = 128, 32, 4
     while chunk > 16 and chunk > problem.L:
         chunk //= 2
     while block_m > 16 and block_m > problem.M:
@@ -107,12 +99,8 @@ def default(problem: ScanProblem) -> LookbackConfig:
         num_warps //= 2
     mode = "chained" if problem.deterministic else "decoupled"
     window = 8 if mode == "chained" and n_chunks(problem.L, chunk) > 8 else 1
-    reach = 32
-    while reach > 1 and (reach * block_m > _MAX_REACH_PER_THREAD * 32 * num_warps
-                         or reach >= 2 * n_chunks(problem.L, chunk)):
-        reach //= 2 if reach != 4 else 4
     return LookbackConfig(chunk=chunk, block_m=block_m, num_warps=num_warps, lookback=mode,
-                          window=window, reach=reach)
+                          window=window)
 
 
 def n_mode_tiles(M: int, block_m: int) -> int:
@@ -153,12 +141,11 @@ class LookbackPlan:
     decoupled: bool
     window: int = 1
     sub: int = 1
-    reach: int = 1
 
     @classmethod
     def of(cls, cfg: LookbackConfig, window: Optional[int] = None) -> "LookbackPlan":
         return cls(cfg.chunk, cfg.block_m, cfg.num_warps, cfg.lookback == "decoupled",
-                   cfg.window if window is None else window, cfg.sub, cfg.reach)
+                   cfg.window if window is None else window, cfg.sub)
 
 
 def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, delta, nu_log,
@@ -183,7 +170,7 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
         B, L, M, nmt, nch, plan.window,
         HAS_RESETS=seg is not None, HAS_H0=h0[0] is not None, REVERSE=reverse,
         DECOUPLED=plan.decoupled, CHUNK=plan.chunk, BLOCK_M=plan.block_m, SUB=plan.sub,
-        REACH=plan.reach, num_warps=plan.num_warps)
+        num_warps=plan.num_warps)
 
 
 class _LookbackScan(torch.autograd.Function):
