@@ -18,9 +18,10 @@ nvidia-smi -L
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 phase() { echo "== $1 at $(date +%T)"; }
 phase tests
-timeout "${T_TESTS:-130}" python3 -m pytest -q -m gpu -p no:cacheprovider \
-    ${TEST_ARGS:-tests/test_lookback.py tests/test_decode.py tests/test_decode_cache.py} 2>&1 \
-    | tail -25 > "$OUT/gpu_tests.log"; tail -8 "$OUT/gpu_tests.log"
+timeout "${T_TESTS:-130}" python3 -m pytest -v -m gpu -p no:cacheprovider \
+    ${TEST_ARGS:-tests/test_decode.py tests/test_decode_cache.py tests/test_lookback.py} 2>&1 \
+    | grep -E "PASSED|FAILED|ERROR|Error|assert|passed|failed" > "$OUT/gpu_tests.log"
+grep -c PASSED "$OUT/gpu_tests.log"; grep -E "FAILED|ERROR|passed|failed" "$OUT/gpu_tests.log" | tail -8
 phase grid
 timeout "${T_GRID:-210}" python3 scripts/bench_scan.py --out "$OUT/grid" --configs 1 \
     --seed default,chunk32 --seed-only-at "1,16384,256;2,65536,128" --accel --rep-ms 60 \
