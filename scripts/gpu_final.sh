@@ -18,23 +18,23 @@ nvidia-smi -L
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 phase() { echo "== $1 at $(date +%T)"; }
 phase tests
-timeout "${T_TESTS:-130}" python3 -m pytest -v -m gpu -p no:cacheprovider \
+timeout "${T_TESTS:-110}" python3 -m pytest -v -m gpu -p no:cacheprovider \
     ${TEST_ARGS:-tests/test_decode.py tests/test_decode_cache.py tests/test_lookback.py} 2>&1 \
     | grep -E "PASSED|FAILED|ERROR|Error|assert|passed|failed" > "$OUT/gpu_tests.log"
 grep -c PASSED "$OUT/gpu_tests.log"; grep -E "FAILED|ERROR|passed|failed" "$OUT/gpu_tests.log" | tail -8
 phase grid
-timeout "${T_GRID:-210}" python3 scripts/bench_scan.py --out "$OUT/grid" --configs 1 \
+timeout "${T_GRID:-200}" python3 scripts/bench_scan.py --out "$OUT/grid" --configs 1 \
     --seed default,chunk32 --seed-only-at "1,16384,256;2,65536,128" --accel --rep-ms 60 \
     --ship-bench 2>&1 | grep -v "^  warm" > "$OUT/grid/bench.log"; tail -12 "$OUT/grid/bench.log"
 phase dispatch
-timeout 30 python3 scripts/dispatch_overhead.py > "$OUT/dispatch_overhead.log" 2>&1
+timeout 25 python3 scripts/dispatch_overhead.py > "$OUT/dispatch_overhead.log" 2>&1
 tail -3 "$OUT/dispatch_overhead.log"
 phase tuner
-timeout "${T_TUNER:-110}" python3 scripts/bench_tuner.py --out "$OUT/tuner" \
-    --time-limit "$(( ${T_TUNER:-110} - 20 ))" --cases "${TUNER_CASES:-32,512,256:forward;1,16384,256:train}" \
+timeout "${T_TUNER:-90}" python3 scripts/bench_tuner.py --out "$OUT/tuner" \
+    --time-limit "$(( ${T_TUNER:-90} - 20 ))" --cases "${TUNER_CASES:-32,512,256:forward;1,16384,256:train}" \
     > "$OUT/tuner/bench_tuner.log" 2>&1; tail -8 "$OUT/tuner/bench_tuner.log"
 phase decode
-timeout "${T_DECODE:-50}" python3 scripts/bench_layer.py --decode-only --out "$OUT/layer" \
+timeout "${T_DECODE:-45}" python3 scripts/bench_layer.py --decode-only --out "$OUT/layer" \
     > "$OUT/layer/layer.log" 2>&1; tail -12 "$OUT/layer/layer.log"
 timeout 20 python3 scripts/decode_host_profile.py --device cuda --json "$OUT/layer/decode_host.json" \
     > "$OUT/layer/decode_host.log" 2>&1
