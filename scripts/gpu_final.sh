@@ -19,7 +19,7 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 phase() { echo "== $1 at $(date +%T)"; }
 phase tests
 timeout "${T_TESTS:-110}" python3 -m pytest -v -m gpu -p no:cacheprovider \
-    ${TEST_ARGS:-tests/test_decode.py tests/test_decode_cache.py tests/test_lookback.py} 2>&1 \
+    ${TEST_ARGS:-tests/test_lookback.py tests/test_decode.py tests/test_decode_cache.py} 2>&1 \
     | grep -E "PASSED|FAILED|ERROR|Error|assert|passed|failed" > "$OUT/gpu_tests.log"
 grep -c PASSED "$OUT/gpu_tests.log"; grep -E "FAILED|ERROR|passed|failed" "$OUT/gpu_tests.log" | tail -8
 phase grid

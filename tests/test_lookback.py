@@ -219,6 +219,8 @@ def _cuda_inputs(problem, seed, reset_rate=0.002):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [
+    LookbackConfig(chunk=128, block_m=32, num_warps=4),       # the shipped defaults first
+    LookbackConfig(chunk=16, block_m=128, num_warps=2),
     LookbackConfig(chunk=16, block_m=16, num_warps=2, lookback="decoupled"),
     LookbackConfig(chunk=64, block_m=32, num_warps=4, lookback="decoupled"),
     LookbackConfig(chunk=128, block_m=64, num_warps=8, lookback="decoupled"),
@@ -226,8 +228,6 @@ def _cuda_inputs(problem, seed, reset_rate=0.002):
     LookbackConfig(chunk=64, block_m=32, num_warps=4, lookback="chained", window=8),
     LookbackConfig(chunk=32, block_m=32, num_warps=4, sub=4),
     LookbackConfig(chunk=16, block_m=16, num_warps=2, lookback="chained", window=8, sub=4),
-    LookbackConfig(chunk=16, block_m=128, num_warps=2),
-    LookbackConfig(chunk=128, block_m=32, num_warps=4),
 ], ids=lambda c: f"{c.lookback}{c.window}-c{c.chunk}x{c.sub}-m{c.block_m}-w{c.num_warps}")
 def test_gpu_race_stress(cfg):
     """Thousands of chunks, repeated: every run close to serial (forward and backward), chained
