@@ -39,8 +39,12 @@ def render(data) -> tuple[str, dict]:
     rows = data["rows"]
     lines = [f"Device: {data['device']} ({data['sm_count']} SMs), torch {data['torch']}, "
              f"triton {data['triton']}; copy bandwidth {data['copy_tbps']:.2f} TB/s. "
-             "Median of CUDA-event timings, L2 flushed. % bw: forward counts 4 arrays of "
-             "[B,L,M], forward+backward 10."]
+             + ("Median GPU time (the tuner's clock: CUDA events around each call queued "
+                "behind a GPU busy-wait, so host launch time is excluded), L2 flushed. "
+                if any("forward_host_ms" in r for r in rows) else
+                "Median of CUDA-event timings, L2 flushed (host launch time included where "
+                "it exceeds the flush). ")
+             + "% bw: forward counts 4 arrays of [B,L,M], forward+backward 10."]
     if not any(r["kind"] == "scan" for r in rows):
         lines.append("samu_tune.scan was not timed in this run: the ratios compare the best "
                      "timed candidate (the entry the shipped table dispatches to).")

@@ -246,8 +246,10 @@ class _ChunkScan(torch.autograd.Function):
             h0_r is not None, dev)
         nc, nmb = n_chunks(L, plan.chunk), intmath.cdiv(M, plan.block_m)
         if plan.atomic:
-            g_ctl = _grads.Stacked(torch.zeros(2, B, L, dtype=torch.float32, device=dev))
-            g_spec = _grads.Stacked(torch.zeros(2, M, dtype=torch.float32, device=dev))
+            g_ctl = _grads.Stacked.empty(B, L, dtype=torch.float32, device=dev)
+            g_spec = _grads.Stacked.empty(M, dtype=torch.float32, device=dev)
+            g_ctl.whole.zero_()
+            g_spec.whole.zero_()
         else:
             g_ctl, g_spec = _grads.partials(B, L, nmb, (B, nc, M), dev)
         _scan(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,

@@ -7,6 +7,7 @@ runs the reverse scan into the buffers of :func:`backward_buffers` and returns
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -58,13 +59,32 @@ class Stacked(tuple):
         pair.whole = whole
         return pair
 
+    @classmethod
+    def empty(cls, *shape: int, dtype: torch.dtype, device: torch.device) -> "Stacked":
+        """Uninitialised ``[2, *shape]``; the second half starts 16-byte aligned whatever the
+        shape (Triton specialises pointer arguments on 16-byte alignment: an unaligned one
+        would compile another binary for some shapes)."""
+        n = math.prod(shape)
+        per = 16 // torch.empty((), dtype=dtype).element_size()
+        stride = -(-n // per) * per
+        flat = _alloc.empty(2 * stride, dtype=dtype, device=device)
+        return cls(flat.as_strided((2, *shape), (stride, *_contiguous_strides(shape))))
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
 
 def partials(B: int, L: int, n_tiles: int, spec_shape: tuple[int, ...],
              device: torch.device) -> tuple[Stacked, Stacked]:
     """Per-program partial gradients, fp32: controls (eta, delta) 2 x [B, L, n_tiles] (one
     column per mode tile), spectrum (nu_log, theta_log) 2 x ``spec_shape`` (``[..., M]``)."""
-    p_ctl = Stacked(_alloc.empty(2, B, L, n_tiles, dtype=torch.float32, device=device))
-    p_spec = Stacked(_alloc.empty(2, *spec_shape, dtype=torch.float32, device=device))
+    p_ctl = Stacked.empty(B, L, n_tiles, dtype=torch.float32, device=device)
+    p_spec = Stacked.empty(*spec_shape, dtype=torch.float32, device=device)
     return p_ctl, p_spec
 
 

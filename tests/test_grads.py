@@ -1,0 +1,32 @@
+"""Shared autograd plumbing of the Triton strategies (samu_tune/strategies/_grads.py)."""
+import pytest
+import torch
+
+from samu_tune.strategies import _grads
+
+
+@pytest.mark.parametrize("shape", [(2, 37, 2), (3, 5, 7), (1, 1, 1), (4, 129, 3)])
+def test_stacked_halves_are_16_byte_aligned_views(shape):
+    # Triton specialises pointer arguments on 16-byte alignment: an unaligned second half
+    # (offset prod(shape) * 4 bytes) compiled another binary for some shapes on the H200
+    pair = _grads.Stacked.empty(*shape, dtype=torch.float32, device="cpu")
+    assert all(p.data_ptr() % 16 == 0 for p in pair)
+    assert all(p.shape == shape and p.is_contiguous() for p in pair)
+    pair[0].copy_(torch.arange(pair[0].numel(), dtype=torch.float32).view(shape))
+    pair[1].copy_(-torch.arange(pair[1].numel(), dtype=torch.float32).view(shape))
+    assert torch.equal(pair.whole[0], pair[0]) and torch.equal(pair.whole[1], pair[1])
+
+
+def test_sum_partials_reduces_each_half():
+    ctl = _grads.Stacked.empty(2, 3, 5, dtype=torch.float32, device="cpu")
+    spec = _grads.Stacked.empty(2, 4, 7, dtype=torch.float32, device="cpu")
+    for p in (*ctl, *spec):
+        p.copy_(torch.randn(p.shape))
+    g_eta, g_delta, g_nu, g_theta = _grads.sum_partials(ctl, spec)
+    torch.testing.assert_close(g_eta, ctl[0].sum(-1))
+    torch.testing.assert_close(g_delta, ctl[1].sum(-1))
+    torch.testing.assert_close(g_nu, spec[0].sum((0, 1)))
+    torch.testing.assert_close(g_theta, spec[1].sum((0, 1)))
+    one = _grads.Stacked.empty(2, 3, 1, dtype=torch.float32, device="cpu")
+    one.whole.copy_(torch.randn(2, 2, 3, 1))
+    torch.testing.assert_close(_grads.sum_partials(one, spec)[1], one[1][..., 0])
