@@ -31,6 +31,7 @@ from typing import Literal, NamedTuple, Optional, Union
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from .. import intmath
 from ..kernels import decode as kernels
 from ..settings import settings
 from ..strategies._alloc import empty
@@ -51,21 +52,11 @@ class DecodeConfig(BaseModel):
     num_warps: Literal[1, 2, 4, 8] = 4
 
 
-# Plain integer helpers: triton.cdiv / next_power_of_2 are constexpr-function wrappers whose
-# call costs microseconds, which a decode step pays several times.
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _next_power_of_2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
-
-
 @functools.lru_cache(maxsize=None)
 def default_config(name: str, M: int) -> DecodeConfig:
     cap = 256 if name == "single" else 64
-    block_m = max(16, min(cap, _next_power_of_2(M)))
-    block_d = max(64, min(1024, _next_power_of_2(2 * M + 1)))
+    block_m = max(16, min(cap, intmath.next_power_of_2(M)))
+    block_d = max(64, min(1024, intmath.next_power_of_2(2 * M + 1)))
     return DecodeConfig(block_m=block_m, block_d=block_d, num_warps=8 if block_d >= 512 else 4)
 
 
@@ -87,7 +78,7 @@ def choose(x: torch.Tensor, params: SAMUParams, state: Optional[State] = None) -
             or x.dtype == torch.float64 or any(p.dtype == torch.float64 for p in params)):
         return "reference"
     B, M = x.shape[0], params.modes
-    tiles = _cdiv(M, default_config("blocked", M).block_m)
+    tiles = intmath.cdiv(M, default_config("blocked", M).block_m)
     return "blocked" if B < BLOCKED_BELOW_B and tiles > 1 else "single"
 
 
@@ -202,11 +193,11 @@ def _plan(strategy: StrategyArg, x: torch.Tensor, params: SAMUParams,
         cfg = config
     else:
         cfg = DecodeConfig(**config)
-    tiles = _cdiv(M, cfg.block_m)
+    tiles = intmath.cdiv(M, cfg.block_m)
     per_program = tiles if name == "single" else 1
     meta = dict(HAS_STATE=state is not None, BLOCK_D=cfg.block_d, BLOCK_M=cfg.block_m,
                 num_warps=cfg.num_warps)
-    return _Plan(name, M, (_cdiv(tiles, per_program), B), per_program, meta)
+    return _Plan(name, M, (intmath.cdiv(tiles, per_program), B), per_program, meta)
 
 
 def _check_buffer(what: str, t: torch.Tensor, shape: tuple, dtype: torch.dtype,

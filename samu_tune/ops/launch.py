@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Literal, NamedTuple, Optional, Union
 
 import torch
-from .. import intmath
 from pydantic import BaseModel, ConfigDict
 
+from .. import intmath
 from ..strategies._alloc import empty
 
 

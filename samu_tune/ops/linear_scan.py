@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import NamedTuple, Optional, Union
 
 import torch
-from .. import intmath
 from pydantic import BaseModel
 
+from .. import intmath
 from ..settings import settings
 from .launch import ChunkConfig, Config, Pair, SerialConfig, run
 from .reference import linear_scan_reference

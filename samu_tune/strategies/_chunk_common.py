@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Callable, Literal, Optional
 
 import torch
-from .. import intmath
 from pydantic import BaseModel, ConfigDict
 
+from .. import intmath
 from ..kernels import chunk as chunk_kernels, chunk_walk, complex_math, tile
 from ..kernels import prefix as prefix_kernels
 from ..problem import ScanProblem

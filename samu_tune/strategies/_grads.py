@@ -65,18 +65,10 @@ class Stacked(tuple):
         shape (Triton specialises pointer arguments on 16-byte alignment: an unaligned one
         would compile another binary for some shapes)."""
         n = math.prod(shape)
-        per = 16 // torch.empty((), dtype=dtype).element_size()
+        per = 16 // dtype.itemsize
         stride = -(-n // per) * per
         flat = _alloc.empty(2 * stride, dtype=dtype, device=device)
-        return cls(flat.as_strided((2, *shape), (stride, *_contiguous_strides(shape))))
-
-
-def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= size
-    return tuple(reversed(strides))
+        return cls(flat.view(2, stride)[:, :n].unflatten(1, shape))
 
 
 def partials(B: int, L: int, n_tiles: int, spec_shape: tuple[int, ...],

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Literal
 
 from .. import intmath
-
 from ..problem import ScanProblem
 from . import _chunk_common as common
 from ._chunk_common import ChunkFamilyConfig

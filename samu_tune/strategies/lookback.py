@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 import torch
-from .. import intmath
 from pydantic import BaseModel, ConfigDict
 
+from .. import intmath
 from ..kernels import complex_math, lookback as lookback_kernels, tile
 from ..problem import ScanProblem
 from ..registry import Capability, Strategy, register

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 import torch
-from .. import intmath
 from pydantic import BaseModel, ConfigDict
 
+from .. import intmath
 from ..kernels import complex_math, decay, serial as serial_kernels, tile
 from ..problem import ScanProblem
 from ..registry import Capability, Strategy, register
