@@ -24,11 +24,17 @@ Pipeline of :func:`tune`:
    behind a GPU busy-wait so the host's launch time never shows; the host time per call is
    kept as ``host_ms``), wall time on the CPU (marked ``cpu_wall_time``).  Train mode times
    forward + backward of every input.
-4. **Search.**  Not every config is timed: each eligible strategy's default config is
-   screened, then the best ``refine_top`` strategies are refined by coordinate descent (one
-   config field at a time from the best config so far, until no field improves).  ``budget_s``
-   stops starting new candidates once exceeded, ``max_configs`` caps how many are evaluated;
-   ``exhaustive=True`` evaluates the whole space instead (to measure how close the search gets).
+4. **Search.**  Not every config is timed.  First the *priors*: the winners of the nearest
+   tuned problems with the same features (user cache, then the shipped table of this device,
+   nearest in log-space of (B*M, L) first; at most ``prior_top`` distinct candidates that can
+   run this problem) -- what was fast at a neighbouring shape is the best first guess, and it
+   is timed before anything else in case the budget runs out (on a cold compile cache the
+   screening alone can exceed a few seconds).  Then each eligible strategy's default config
+   is screened, then the best ``refine_top`` strategies are refined by coordinate descent (one
+   config field at a time, from the strategy's best config so far, until no field improves).
+   ``budget_s`` stops starting new candidates once exceeded, ``max_configs`` caps how many are
+   evaluated; ``exhaustive=True`` evaluates the whole space instead (to measure how close the
+   search gets).
 5. **Re-timing.**  The best ``retime_top`` candidates are re-timed interleaved (round robin)
    and their final time is the median of those samples; the winner is the fastest and
    ``margin`` is ``runner_up.time_ms / winner.time_ms - 1``.
@@ -55,7 +61,7 @@ from .registry import Strategy
 from .tensors import ScanInputs
 from .verify import random_inputs, verify
 
-Phase = Literal["screen", "refine", "exhaustive", "retime"]
+Phase = Literal["prior", "screen", "refine", "exhaustive", "retime"]
 Status = Literal["ok", "failed", "skipped"]
 
 
@@ -75,7 +81,7 @@ def candidate_name(strategy: str, config: BaseModel | dict) -> str:
 class TuneEvent(BaseModel):
     """What :func:`tune` reports to ``progress``.
 
-    Phases ``screen``, ``refine`` and ``exhaustive`` send a ``start`` and a ``finish`` event
+    Phases ``prior``, ``screen``, ``refine`` and ``exhaustive`` send a ``start`` and a ``finish`` event
     per evaluated candidate; ``retime`` sends one ``finish`` per re-timed candidate after the
     interleaved rounds (with its final time).  ``index`` (1-based) and ``total`` count
     candidates within ``phase``; in ``refine`` ``total`` is an estimate that can grow (never
@@ -418,7 +424,7 @@ def _coordinate_descent(search: _Search, strategy: Strategy, start: BaseModel,
 def tune(problem: ScanProblem, mode: Optional[Literal["train", "forward"]] = None, *,
          strategies: Optional[Sequence[str]] = None, exhaustive: bool = False,
          budget_s: Optional[float] = None, max_configs: Optional[int] = None,
-         refine_top: int = 2, retime_top: int = 3, retime_rounds: Optional[int] = None,
+         prior_top: int = 3, refine_top: int = 2, retime_top: int = 3, retime_rounds: Optional[int] = None,
          reps: Optional[int] = None, seed: int = 0, progress: Optional[ProgressFn] = None,
          device: torch.device | str | None = None, max_workspace_bytes: Optional[int] = None,
          save: bool = False) -> TuneResult:
@@ -430,7 +436,8 @@ def tune(problem: ScanProblem, mode: Optional[Literal["train", "forward"]] = Non
     those names.  ``budget_s``: no new candidate starts after this many seconds (at least one
     is evaluated); ``max_configs``: at most this many candidates are evaluated (verified and
     timed).  ``exhaustive``: evaluate every valid config of every eligible strategy instead of
-    screening defaults and refining the best ``refine_top`` strategies.  ``retime_top``
+    timing ``prior_top`` winners of neighbouring tuned problems, screening defaults and
+    refining the best ``refine_top`` strategies.  ``retime_top``
     candidates are re-timed interleaved for ``retime_rounds`` rounds (auto when None);
     ``reps`` fixes the samples per candidate (auto when None).  ``progress(TuneEvent)`` is
     called at each candidate's start and finish.  ``device``: the CUDA device (default: the
@@ -476,8 +483,13 @@ def tune(problem: ScanProblem, mode: Optional[Literal["train", "forward"]] = Non
                            for s2, c2 in plan[i:]]
                 break
     else:
-        screened: list[tuple[Strategy, Candidate, BaseModel]] = []
+        priors = _priors(problem, dev, runnable, spaces, prior_top)
+        for i, (s, cfg) in enumerate(priors):
+            if search.evaluate(s, cfg, "prior", i + 1, len(priors)) is None:
+                break
         for i, s in enumerate(runnable):
+            if search.stopped:
+                break
             ordered = _default_first(s, spaces[s.name], problem)
             # a strategy whose default fails gets one more try with its next config
             for cfg in ordered[:2]:
@@ -486,10 +498,7 @@ def tune(problem: ScanProblem, mode: Optional[Literal["train", "forward"]] = Non
                     break
             if cand is None:
                 break
-            if cand.status == "ok":
-                screened.append((s, cand, cfg))
-        screened.sort(key=lambda item: item[1].time_ms)
-        for s, cand, cfg in screened[:max(0, refine_top)]:
+        for s, cfg in _best_per_strategy(search, runnable)[:max(0, refine_top)]:
             if search.stopped:
                 break
             _coordinate_descent(search, s, cfg, spaces[s.name])
@@ -512,6 +521,56 @@ def tune(problem: ScanProblem, mode: Optional[Literal["train", "forward"]] = Non
         from . import cache
         cache.record(result)
     return result
+
+
+def _priors(problem: ScanProblem, dev: DeviceInfo, runnable: list[Strategy],
+            spaces: dict[str, list[BaseModel]], limit: int) -> list[tuple[Strategy, BaseModel]]:
+    """Up to ``limit`` distinct (strategy, config) winners of the nearest tuned problems with
+    the same features (the exact key included: re-tuning starts from the old winner), from the
+    user cache then the shipped table; only those this problem's search space holds."""
+    if limit <= 0:
+        return []
+    from . import cache
+    by_name = {s.name: s for s in runnable}
+    sig = dev.signature()
+    found: list[tuple[float, int, Strategy, BaseModel]] = []
+    for rank, shipped in enumerate((False, True)):
+        try:
+            near = cache.nearest(problem, sig, shipped=shipped, include_exact=True)
+        except Exception:  # an unreadable table never stops tuning
+            continue
+        for dist, entry in near:
+            strat = by_name.get(entry.strategy)
+            if strat is None:
+                continue
+            try:
+                cfg = strat.parse_config(entry.config)
+            except (ValueError, TypeError):
+                continue
+            if cfg in spaces[strat.name]:
+                found.append((dist, rank, strat, cfg))
+    found.sort(key=lambda item: (item[0], item[1]))
+    out: list[tuple[Strategy, BaseModel]] = []
+    for _, _, strat, cfg in found:
+        if not any(strat is s and cfg == c for s, c in out):
+            out.append((strat, cfg))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _best_per_strategy(search: _Search, runnable: list[Strategy]
+                       ) -> list[tuple[Strategy, BaseModel]]:
+    """Each strategy with an ok candidate and its fastest config so far, fastest first."""
+    best: dict[str, tuple[float, Strategy, BaseModel]] = {}
+    by_name = {s.name: s for s in runnable}
+    for cand in search.order:
+        strat = by_name.get(cand.strategy)
+        if cand.status != "ok" or strat is None:
+            continue
+        if cand.strategy not in best or cand.time_ms < best[cand.strategy][0]:
+            best[cand.strategy] = (cand.time_ms, strat, strat.parse_config(cand.config))
+    return [(s, c) for _, s, c in sorted(best.values(), key=lambda item: item[0])]
 
 
 def _default_first(strategy: Strategy, space: list[BaseModel], problem: ScanProblem

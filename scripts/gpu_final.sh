@@ -1,41 +1,65 @@
 #!/usr/bin/env bash
 # Everything a session checks on the GPU, in one device call (<= 600 s; each phase has its own
-# time limit and writes under $OUT as it goes):
-#   1. gpu-marked tests of lookback and decode            -> gpu_tests.log
-#   2. grid benchmark: every strategy, seed default (+ chunk32 at two shapes), accelerated-scan,
-#      the fastest timed candidate cached and samu_tune.scan timed on it -> grid/
-#   3. dispatch overhead of a cached call                 -> dispatch_overhead.log
-#   4. tuner vs exhaustive, tune wall time                -> tuner/
-#   5. decode tokens/s (SAMU.step vs the seed) and host profile -> layer/
+# time limit, 0 skips it, and writes under $OUT as it goes):
+#   1. gpu-marked tests (TEST_ARGS: files / -k)            T_TESTS    -> gpu_tests.log
+#   2. look-back config bench (LOOKBACK_ARGS)              T_LOOKBACK -> lookback/
+#   3. host-path probe: scan vs direct call, profiles      T_PROBE    -> probe/
+#   4. grid benchmark: every strategy, seed default (+ chunk32 at two shapes), accelerated-scan,
+#      the fastest timed candidate cached and samu_tune.scan timed on it   T_GRID -> grid/
+#   5. dispatch overhead of a cached call                  T_DISPATCH -> dispatch_overhead.log
+#   6. tuner vs exhaustive, tune wall time (TUNER_CASES)   T_TUNER    -> tuner/
+#   7. decode tokens/s (SAMU.step vs the seed), host profile  T_DECODE -> layer/
 # Carry .whl (pydantic, platformdirs, accelerated-scan wheels) and seed_copy.
 set -uo pipefail
 OUT="${OUT:-$PWD/.device_out}"
-mkdir -p "$OUT/grid" "$OUT/tuner" "$OUT/layer"
+mkdir -p "$OUT/grid" "$OUT/tuner" "$OUT/layer" "$OUT/probe" "$OUT/lookback"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
 export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1 SAMU_TUNE_CACHE_DIR=/tmp/samu_tune_cache
 nvidia-smi -L
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 phase() { echo "== $1 at $(date +%T)"; }
-phase tests
-timeout "${T_TESTS:-110}" python3 -m pytest -v -m gpu -p no:cacheprovider \
-    ${TEST_ARGS:-tests/test_lookback.py tests/test_decode.py tests/test_decode_cache.py} 2>&1 \
-    | grep -E "PASSED|FAILED|ERROR|Error|assert|passed|failed" > "$OUT/gpu_tests.log"
-grep -c PASSED "$OUT/gpu_tests.log"; grep -E "FAILED|ERROR|passed|failed" "$OUT/gpu_tests.log" | tail -8
-phase grid
-timeout "${T_GRID:-200}" python3 scripts/bench_scan.py --out "$OUT/grid" --configs 1 \
-    --seed default,chunk32 --seed-only-at "1,16384,256;2,65536,128" --accel --rep-ms 60 \
-    --ship-bench 2>&1 | grep -v "^  warm" > "$OUT/grid/bench.log"; tail -12 "$OUT/grid/bench.log"
-phase dispatch
-timeout 25 python3 scripts/dispatch_overhead.py > "$OUT/dispatch_overhead.log" 2>&1
-tail -3 "$OUT/dispatch_overhead.log"
-phase tuner
-timeout "${T_TUNER:-90}" python3 scripts/bench_tuner.py --out "$OUT/tuner" \
-    --time-limit "$(( ${T_TUNER:-90} - 20 ))" --cases "${TUNER_CASES:-32,512,256:forward;1,16384,256:train}" \
-    > "$OUT/tuner/bench_tuner.log" 2>&1; tail -8 "$OUT/tuner/bench_tuner.log"
-phase decode
-timeout "${T_DECODE:-45}" python3 scripts/bench_layer.py --decode-only --out "$OUT/layer" \
-    > "$OUT/layer/layer.log" 2>&1; tail -12 "$OUT/layer/layer.log"
-timeout 20 python3 scripts/decode_host_profile.py --device cuda --json "$OUT/layer/decode_host.json" \
-    > "$OUT/layer/decode_host.log" 2>&1
+on() { [ "${1:-0}" -gt 0 ]; }
+if on "${T_TESTS:-110}"; then
+  phase tests
+  timeout "${T_TESTS:-110}" python3 -m pytest -v -m gpu -p no:cacheprovider \
+      ${TEST_ARGS:-tests/test_lookback.py tests/test_decode.py tests/test_decode_cache.py} 2>&1 \
+      | grep -E "PASSED|FAILED|ERROR|Error|assert|passed|failed" > "$OUT/gpu_tests.log"
+  grep -c PASSED "$OUT/gpu_tests.log"; grep -E "FAILED|ERROR|passed|failed" "$OUT/gpu_tests.log" | tail -8
+fi
+if on "${T_LOOKBACK:-0}"; then
+  phase lookback
+  timeout "$T_LOOKBACK" python3 scripts/bench_lookback.py --out "$OUT/lookback" ${LOOKBACK_ARGS:-} \
+      > "$OUT/lookback/bench_lookback.log" 2>&1; tail -40 "$OUT/lookback/bench_lookback.log"
+fi
+if on "${T_PROBE:-0}"; then
+  phase probe
+  timeout "$T_PROBE" python3 scripts/probe_host.py --parts a --out "$OUT/probe" \
+      > "$OUT/probe/probe.log" 2>&1; grep -E "_us:|choice|SYNC" "$OUT/probe/probe.log"
+fi
+if on "${T_GRID:-200}"; then
+  phase grid
+  timeout "${T_GRID:-200}" python3 scripts/bench_scan.py --out "$OUT/grid" --configs 1 \
+      --seed default,chunk32 --seed-only-at "1,16384,256;2,65536,128" --accel --rep-ms 60 \
+      --ship-bench 2>&1 | grep -v "^  warm" > "$OUT/grid/bench.log"; tail -12 "$OUT/grid/bench.log"
+fi
+if on "${T_DISPATCH:-25}"; then
+  phase dispatch
+  timeout "${T_DISPATCH:-25}" python3 scripts/dispatch_overhead.py > "$OUT/dispatch_overhead.log" 2>&1
+  tail -3 "$OUT/dispatch_overhead.log"
+fi
+if on "${T_TUNER:-90}"; then
+  phase tuner
+  timeout "${T_TUNER:-90}" python3 scripts/bench_tuner.py --out "$OUT/tuner" \
+      --time-limit "$(( ${T_TUNER:-90} - 20 ))" ${TUNER_ARGS:-} ${TUNER_CASES:+--cases "$TUNER_CASES"} \
+      > "$OUT/tuner/bench_tuner.log" 2>&1; tail -12 "$OUT/tuner/bench_tuner.log"
+  cat "$OUT/tuner/bench_tuner.md"
+fi
+if on "${T_DECODE:-45}"; then
+  phase decode
+  timeout "${T_DECODE:-45}" python3 scripts/bench_layer.py --decode-only --out "$OUT/layer" \
+      > "$OUT/layer/layer.log" 2>&1; tail -12 "$OUT/layer/layer.log"
+  timeout 20 python3 scripts/decode_host_profile.py --device cuda --json "$OUT/layer/decode_host.json" \
+      > "$OUT/layer/decode_host.log" 2>&1
+fi
 phase done

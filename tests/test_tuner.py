@@ -183,3 +183,25 @@ def test_save_stores_the_winner(env, clock):
     entry = samu_tune.cache.lookup(FWD, result.device.signature())
     assert entry.strategy == "fast" and entry.runner_up.strategy == "slow"
     assert entry.cpu_wall_time and entry.mode == "forward"
+
+
+def test_a_neighbours_winner_is_timed_first(env, clock):
+    env.add(fake("grid", grid_cost, config_model=GridConfig), fake("flat", 1.5))
+    names = ["grid", "flat"]
+    neighbour = FWD.model_copy(update={"L": 4 * FWD.L})
+    first = samu_tune.tune(neighbour, strategies=names, reps=1, save=True)
+    assert first.winner.config == {"a": 2, "b": 1}
+    assert all(c.phase != "prior" for c in first.candidates)  # nothing tuned before it
+    # with room for a single candidate, the neighbour's winner is the one evaluated
+    one = samu_tune.tune(FWD, strategies=names, reps=1, max_configs=1)
+    assert [(c.phase, c.strategy, c.config) for c in one.candidates] == [
+        ("prior", "grid", {"a": 2, "b": 1})]
+    assert one.stopped == "max_configs"
+    full = samu_tune.tune(FWD, strategies=names, reps=1)
+    assert full.candidates[0].phase == "prior"
+    assert full.winner.config == {"a": 2, "b": 1}
+    # refinement starts from the prior (the optimum): only its neighbours are evaluated
+    assert len(full.candidates) < len(first.candidates)
+    # a prior the problem's space does not hold is not timed: "flat" is not among the names
+    only_flat = samu_tune.tune(FWD, strategies=["flat"], reps=1)
+    assert [c.phase for c in only_flat.candidates] == ["screen"]
