@@ -1,6 +1,8 @@
 """Registers and spills of ``lookback_scan`` configs for sm_90, without a GPU.
 
-    python scripts/lookback_registers.py [CHUNKxBLOCK_MxWARPS[xSUB] ...]   (default: the config space)
+    python scripts/lookback_registers.py [CHUNKxBLOCK_MxWARPS[xSUB][c][l] ...]   (default: the config space)
+
+Specs as in ``scripts/bench_lookback.py`` (a trailing ``l``: loop-inner, e.g. ``64x512x4l``).
 
 Compiles the kernel (bf16 data, resets and h0 on) through Triton's NVIDIA backend to PTX and
 runs the ptxas shipped with Triton on it (``ptxas -v``).  This is how the register budget in
@@ -31,11 +33,11 @@ INTS = ("B", "L", "M", "n_mtiles", "n_chunks", "window")
 
 
 def ptx(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
-        dt: str = "bf16") -> str:
+        loop: bool = False, dt: str = "bf16") -> str:
     fn = K.lookback_scan
     data = {"x_r_ptr", "x_i_ptr", "y_r_ptr", "y_i_ptr", "gx_r_ptr", "gx_i_ptr"}
     flags = dict(HAS_RESETS=True, HAS_H0=True, REVERSE=reverse, DECOUPLED=True, CHUNK=chunk,
-                 BLOCK_M=block_m, SUB=sub)
+                 BLOCK_M=block_m, SUB=sub, LOOP=loop)
     sig, const, attrs = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in flags:
@@ -63,10 +65,11 @@ def ptx(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
     return mod
 
 
-def registers(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1) -> str:
+def registers(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
+              loop: bool = False) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "k.ptx"
-        path.write_text(ptx(reverse, chunk, block_m, num_warps, sub))
+        path.write_text(ptx(reverse, chunk, block_m, num_warps, sub, loop))
         res = subprocess.run([str(PTXAS), "-arch=sm_90a", "-v", str(path), "-o",
                               str(Path(tmp) / "k.cubin")], capture_output=True, text=True)
     lines = [ln.split("ptxas info    : ")[-1].strip() for ln in res.stderr.splitlines()
@@ -75,22 +78,27 @@ def registers(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int 
 
 
 def main() -> None:
+    from samu_tune.strategies.lookback import LookbackConfig, LookbackPlan, valid
     if len(sys.argv) > 1:
-        specs = [(tuple(int(v) for v in s.split("x")) + (1,))[:4] for s in sys.argv[1:]]
+        from bench_lookback import parse_config
+        configs = [parse_config(s) for s in sys.argv[1:]]
     else:
-        from samu_tune.strategies.lookback import LookbackConfig, valid
         from samu_tune.problem import ScanProblem
         from samu_tune.registry import config_space
         big = ScanProblem(B=8, L=8192, M=1024)
-        specs = sorted({(c.chunk, c.block_m, c.num_warps, c.sub)
-                        for c in config_space(LookbackConfig) if valid(big, c)})
+        configs = [c for c in config_space(LookbackConfig) if valid(big, c)]
+    # the kernel's constexprs, each once (look-back mode and window do not change registers)
+    plans = sorted({(p.loop, p.chunk, p.block_m, p.num_warps, p.sub)
+                    for p in map(LookbackPlan.of, configs)})
     print(f"triton {triton.__version__}, ptxas {PTXAS}")
-    for chunk, block_m, warps, sub in specs:
-        per_thread = chunk * block_m // (32 * warps)
+    for loop, chunk, block_m, warps, sub in plans:
+        # elements per thread: of the tile, or of the row vector (loop)
+        per_thread = (1 if loop else chunk) * block_m // (32 * warps)
         for reverse in (False, True):
-            print(f"{'bwd' if reverse else 'fwd'} chunk={chunk:3d} block_m={block_m:3d} "
-                  f"warps={warps} sub={sub} ({per_thread:2d}/thread): "
-                  f"{registers(reverse, chunk, block_m, warps, sub)}", flush=True)
+            print(f"{'bwd' if reverse else 'fwd'} {'loop' if loop else 'tile'} chunk={chunk:3d} "
+                  f"block_m={block_m:4d} warps={warps} sub={sub:2d} "
+                  f"({per_thread:2d}/thread): "
+                  f"{registers(reverse, chunk, block_m, warps, sub, loop)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Many chunks (so a look-back crosses several predecessors), ragged L and a ragged last mode
 tile, resets on and inside chunk boundaries, an initial state, gradients through the final
-state only, half precision, chained vs decoupled agreement, the config space and workspace.
+state only, half precision, chained vs decoupled agreement, the loop-inner variant (rows
+walked one at a time instead of a tile scan), the config space and workspace.
 
 Under the interpreter programs run one after the other, so a predecessor is always complete
 and its inclusive prefix published; a ``window`` > 1 in decoupled mode (a plan knob: only
@@ -25,6 +26,9 @@ from _helpers import assert_reset_at_t0_cuts_h0_off, binaries_over_shapes, cpu_p
 
 SMALL = LookbackConfig(chunk=16, block_m=16, num_warps=2, lookback="decoupled")
 CHAINED = SMALL.model_copy(update={"lookback": "chained"})
+# loop-inner: the chunk's 16 rows walked one at a time on [16] vectors
+LOOP = SMALL.model_copy(update={"inner": "loop"})
+LOOP_CHAINED = CHAINED.model_copy(update={"inner": "loop"})
 
 
 def _run(plan):
@@ -87,6 +91,60 @@ def test_sub_tiles_per_chunk(plan):
     # without resets: h0 reaches every chunk, gradients flow through 9 tiles
     problem = _problem(1, 150, 5, dtype="float32", initial_state=True, final_state=True)
     _check(plan, problem, seed=7)
+
+
+@pytest.mark.parametrize("plan", [
+    LookbackPlan.of(LOOP),
+    LookbackPlan.of(LOOP, window=3),
+    LookbackPlan.of(LOOP_CHAINED),
+    LookbackPlan.of(LOOP_CHAINED, window=2),
+    LookbackPlan.of(LOOP.model_copy(update={"sub": 2}), window=2),
+], ids=["loop", "loop-aggregates-every-3", "loop-chained", "loop-chained-window-2",
+        "loop-sub2-aggregates-every-2"])
+def test_loop_inner(plan):
+    # as test_many_chunks_ragged_L_and_mode_tiles, rows walked: L = 70 (5 chunks of 16, 3 of
+    # 32 with sub 2, the last ragged), M = 37 (3 mode tiles, the last ragged); resets inside
+    # chunks, on chunk boundaries and at t = 0 (row 1), initial and final state
+    problem = _problem(2, 70, 37, dtype="float32", resets=True, initial_state=True,
+                       final_state=True)
+    inputs = random_inputs(problem, seed=8)
+    seg = torch.arange(70, dtype=torch.int32).repeat(2, 1) + 5
+    for t in (16, 20, 48, 69):
+        seg[0, t:] = torch.arange(70 - t, dtype=torch.int32)
+    seg[1, 0:] = torch.arange(70, dtype=torch.int32)
+    _check(plan, problem, inputs=inputs.replace(segment_pos=seg), seed=8)
+    # without resets h0 reaches every chunk; bf16 data
+    problem = _problem(1, 45, 20, dtype="bfloat16", initial_state=True, final_state=True)
+    _check(plan, problem, seed=9)
+
+
+def test_loop_inner_gradient_through_the_final_state_only_and_tiles_agree():
+    problem = _problem(2, 40, 6, dtype="float32", resets=True, initial_state=True,
+                       final_state=True)
+    inputs = random_inputs(problem, seed=4, reset_rate=0.05)
+    tile = _grads(_run(LookbackPlan.of(SMALL, window=2)), inputs, weights=(0.0, 0.0, 1.0, -2.0))
+    loop = _grads(_run(LookbackPlan.of(LOOP, window=2)), inputs, weights=(0.0, 0.0, 1.0, -2.0))
+    for a, b in zip(tile, loop):
+        torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-5)
+    assert any(float(g.abs().max()) > 0 for g in loop[4:])
+
+
+def test_loop_inner_config_space():
+    strat = registry.get("lookback")
+    big = strat.configs(_problem(8, 8192, 1024))
+    loops = [c for c in big if c.inner == "loop"]
+    assert 10 <= len(loops) <= 20, len(loops)
+    assert all(c.sub == 1 and c.lookback == "decoupled" and c.window == 1 for c in loops)
+    assert {c.chunk for c in loops} == set(lb._LOOP_CHUNKS)
+    assert all(c.block_m // (32 * c.num_warps) in lb._LOOP_LANES_PER_THREAD for c in loops)
+    tiles = [c for c in big if c.inner == "tile"]
+    assert max(c.block_m for c in tiles) == 128            # wide vectors only for the loop
+    det = strat.configs(_problem(8, 8192, 1024, deterministic=True))
+    assert {c.lookback for c in det if c.inner == "loop"} == {"chained"}
+    small = strat.configs(_problem(2, 300, 40))            # no 128-lane vector fits M = 40
+    assert not [c for c in small if c.inner == "loop"]
+    assert not lb.valid(_problem(8, 8192, 1024), LookbackConfig(
+        chunk=64, block_m=512, num_warps=4, inner="loop", sub=4))
 
 
 @pytest.mark.parametrize("every", [1, 4])
@@ -182,14 +240,16 @@ def test_config_space_is_pruned_and_default_is_valid():
                 assert configs, (L, M, det)
                 assert strat.default_config(problem) in configs
                 for cfg in configs:
-                    assert cfg.chunk * cfg.block_m <= lb._MAX_PER_THREAD * 32 * cfg.num_warps
-                    assert cfg.chunk * cfg.block_m >= 32 * cfg.num_warps
+                    # tile budget (a loop's registers hold one row: its own space, tested below)
+                    assert cfg.inner == "loop" or (
+                        32 * cfg.num_warps <= cfg.chunk * cfg.block_m
+                        <= lb._MAX_PER_THREAD * 32 * cfg.num_warps)
                     assert not (det and cfg.lookback == "decoupled")
                     assert cfg.window == 1 or (cfg.lookback == "chained"
                                                and cfg.window < -(-L // (cfg.chunk * cfg.sub)))
     big = strat.configs(_problem(8, 8192, 1024))
     assert {c.chunk for c in big} == {16, 32, 64, 128, 256}
-    assert {c.block_m for c in big} == {16, 32, 64, 128}
+    assert {c.block_m for c in big if c.inner == "tile"} == {16, 32, 64, 128}
     assert {c.lookback for c in big} == {"decoupled", "chained"}
     assert LookbackConfig(chunk=256, block_m=64) not in big          # over the tile budget
     assert {c.chunk for c in strat.configs(_problem(1, 20, 8))} == {16, 32}
@@ -228,7 +288,11 @@ def _cuda_inputs(problem, seed, reset_rate=0.002):
     LookbackConfig(chunk=64, block_m=32, num_warps=4, lookback="chained", window=8),
     LookbackConfig(chunk=32, block_m=32, num_warps=4, sub=4),
     LookbackConfig(chunk=16, block_m=16, num_warps=2, lookback="chained", window=8, sub=4),
-], ids=lambda c: f"{c.lookback}{c.window}-c{c.chunk}x{c.sub}-m{c.block_m}-w{c.num_warps}")
+    LookbackConfig(chunk=32, block_m=64, num_warps=2, inner="loop"),
+    LookbackConfig(chunk=64, block_m=64, num_warps=2, lookback="chained", window=8,
+                   inner="loop"),
+], ids=lambda c: f"{c.lookback}{c.window}-c{c.chunk}x{c.sub}-m{c.block_m}-w{c.num_warps}"
+                 f"-{c.inner}")
 def test_gpu_race_stress(cfg):
     """Thousands of chunks, repeated: every run close to serial (forward and backward), chained
     runs bitwise identical.  A lost or reordered publication reads an unwritten payload
@@ -279,8 +343,10 @@ def test_gpu_benchmark_shapes_match_serial(shape):
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [LookbackConfig(chunk=16, block_m=16, num_warps=2),
                                  LookbackConfig(chunk=64, block_m=32, num_warps=4,
-                                                lookback="chained")],
-                         ids=["decoupled", "chained"])
+                                                lookback="chained"),
+                                 LookbackConfig(chunk=64, block_m=128, num_warps=2,
+                                                inner="loop")],
+                         ids=["decoupled", "chained", "loop"])
 def test_a_new_shape_does_not_recompile(cfg):
     from samu_tune.kernels import lookback as lookback_kernels
     from samu_tune.settings import settings

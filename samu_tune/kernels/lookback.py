@@ -34,6 +34,18 @@ programs run one after the other and a predecessor is always complete.
 Forward (REVERSE=False): h[t] = A[t] h[t-1] + (br + i bi)[t], init = h0 or 0; out = h; the
 last chunk writes the final state (fp32).
 
+LOOP (loop-inner variant): instead of a [CHUNK, BLOCK_M] tile in registers, the program walks
+its CHUNK * SUB rows one at a time on [BLOCK_M] vectors with a rolled loop, twice: the
+summary composes (P, Q) <- (A P, A Q + u) row by row, the replay runs h = A h + u from the
+carry (reverse: the adjoint and its gradients), re-reading the chunk's inputs (from L2 when
+the chunk is short enough) and recomputing A.  Both walks are the chunk family's
+(:mod:`samu_tune.kernels.chunk_walk`, same per-row contract as the tile replay: grad b, control
+partials per (token, mode tile), spectrum partials per lane, grad h0 in the chunk holding
+t = 0).  A thread holds a few [BLOCK_M / threads]-vectors whatever the chunk length: few
+registers, high occupancy; each row's dependent chain is two complex FMAs per lane.  The
+walks are not software-pipelined (NUM_STAGES 1): Triton 3.6 pipelines only the 4-byte
+control loads through shared memory there, and routes the replay's stores through it.
+
 Backward (REVERSE=True), time walked from L-1 down (``tile_times``):
 g[t] = conj(A[t+1]) g[t+1] + dout[t], init = d final state; grad b = g;
 dL/dA[t] = g[t] conj(h[t-1]) with h[t-1] read from the saved outputs (h0 or 0 at t = 0);
@@ -48,6 +60,7 @@ memory behind a barrier) and read payloads with volatile loads (not served from 
 import triton
 import triton.language as tl
 
+from .chunk_walk import walk_replay, walk_summary
 from .complex_math import cmul, cmul_conj
 from .tile import load_transition, scan_transition, tile_scan, tile_times, transition_gradients
 
@@ -199,6 +212,7 @@ def lookback_scan(
     B, L, M, n_mtiles, n_chunks, window,
     HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
     DECOUPLED: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, SUB: tl.constexpr,
+    LOOP: tl.constexpr,
 ):
     """Grid: (B * n_mtiles * n_chunks,); the program id is ignored in favour of the ticket.
 
@@ -206,7 +220,8 @@ def lookback_scan(
     stays in registers from the summary to the replay.  SUB > 1: the summary walks the SUB
     tiles composing their maps (registers hold one tile), and the replay walks them again
     (the second read of a chunk's inputs is served from L2): SUB times more bytes per program
-    and a SUB times shorter look-back chain, for twice the tile scans.
+    and a SUB times shorter look-back chain, for twice the tile scans.  LOOP: the CHUNK * SUB
+    rows are walked one at a time instead (see the module docstring).
     """
     # relaxed: the ticket only orders work; payloads are ordered by the status atomics
     ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
@@ -229,8 +244,12 @@ def lookback_scan(
     state_off = b64 * M + lane                # [BLOCK_M] into [B, M] buffers
     is_last = tl.arange(0, CHUNK) == CHUNK - 1
 
-    # 1. the chunk's map from a zero carry: (P, Q) composed over its tiles
-    if SUB == 1:
+    # 1. the chunk's map from a zero carry: (P, Q) composed over its tiles (or rows)
+    if LOOP:
+        agg_pr, agg_pi, agg_qr, agg_qi = walk_summary(
+            eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, c, L, M, lane, lane_ok, nu,
+            cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK * SUB, BLOCK_M, 1)
+    elif SUB == 1:
         pr, pi, qr, qi, t, valid, tok, off, mask = _tile_maps(
             eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, c * CHUNK, L, M, lane,
             lane_ok, nu, cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK)
@@ -298,7 +317,19 @@ def lookback_scan(
 
     # 4. replay: the state after every row (reverse: the gradients)
     last_chunk = c_lanes == n_chunks - 1                                         # [BLOCK_M]
-    if SUB == 1:
+    if LOOP:
+        # forward: the states into y; reverse: grad b into gx, h[t-1] read from the saved y
+        if REVERSE:
+            walk_r_ptr, walk_i_ptr = gx_r_ptr, gx_i_ptr
+        else:
+            walk_r_ptr, walk_i_ptr = y_r_ptr, y_i_ptr
+        nu_part, delta_part = walk_replay(
+            eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, walk_r_ptr, walk_i_ptr, y_r_ptr,
+            y_i_ptr, h0_r_ptr, h0_i_ptr, gh0_r_ptr, gh0_i_ptr, p_eta_ptr, p_delta_ptr, carry_r,
+            carry_i, b, row_base, c, L, M, n_mtiles, mt, lane, lane_ok, nu, cos_theta, sin_theta,
+            HAS_RESETS, HAS_H0, REVERSE, False, CHUNK * SUB, BLOCK_M, 1)       # [BLOCK_M] each
+        theta_part = delta_part * theta
+    elif SUB == 1:
         _, _, nu_part, theta_part = _replay(
             pr, pi, qr, qi, carry_r, carry_i, t, valid, tok, off, mask, eta_ptr, delta_ptr,
             seg_ptr, y_r_ptr, y_i_ptr, h0_r_ptr, h0_i_ptr, gx_r_ptr, gx_i_ptr, gh0_r_ptr,

@@ -24,7 +24,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from .. import intmath
-from ..kernels import complex_math, lookback as lookback_kernels, tile
+from ..kernels import chunk_walk, complex_math, lookback as lookback_kernels, tile
 from ..problem import ScanProblem
 from ..registry import Capability, Strategy, register
 from ..tensors import ScanInputs, ScanOutput
@@ -38,6 +38,17 @@ from . import _alloc, _grads
 # 2.31 ms at 8 per thread), so up to 32 per thread stay in the space and the tuner decides.
 _MAX_TILE = 8192
 _MAX_PER_THREAD = 32
+_MAX_TILE_BLOCK_M = 128
+
+# loop-inner configs (``inner="loop"``): rows walked per program and lanes per thread.  A
+# thread holds a few [BLOCK_M]-vectors, whatever the chunk; the lanes per thread set the
+# bytes each thread has in flight per row and amortise the per-row scalar work (exp(eta),
+# cos/sin(delta) are computed by every thread).  ptxas for sm_90 (Triton 3.6, bf16) at 2 / 4
+# / 8 lanes per thread: forward 56 / 90 / 164 registers, backward 62 / 106 / 247, no spills
+# (scripts/results/cpu-ptxas/lookback_loop_registers_sm90_triton36.txt).
+_LOOP_CHUNKS = (32, 64, 128)
+_LOOP_LANES_PER_THREAD = (2, 4, 8)
+_LOOP_WARPS = (2, 4)
 
 
 class LookbackConfig(BaseModel):
@@ -49,31 +60,46 @@ class LookbackConfig(BaseModel):
     chunks per published inclusive prefix in chained mode (1 in decoupled mode); ``sub``:
     tiles of ``chunk`` steps per program (a program's chunk is ``chunk * sub`` steps: sub > 1
     walks its tiles twice, summary then replay, for more bytes in flight per program and a
-    ``sub`` times shorter look-back chain).
+    ``sub`` times shorter look-back chain).  ``inner``: ``tile`` scans each [chunk, block_m]
+    tile in registers (tl.associative_scan); ``loop`` walks the program's ``chunk * sub`` rows
+    one at a time on [block_m] vectors, twice (summary, then replay re-reading the inputs from
+    L2): few registers per thread, high occupancy.
     """
 
     model_config = ConfigDict(frozen=True)
 
     chunk: Literal[16, 32, 64, 128, 256] = 64
-    block_m: Literal[16, 32, 64, 128] = 32
+    block_m: Literal[16, 32, 64, 128, 256, 512, 1024] = 32
     num_warps: Literal[2, 4, 8] = 4
     lookback: Literal["decoupled", "chained"] = "decoupled"
     window: Literal[1, 8, 32] = 1
     sub: Literal[1, 4, 16] = 1
+    inner: Literal["tile", "loop"] = "tile"
 
 
 def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
     """Prune tiles mostly beyond M or L, tiles over the register budget, threads without
-    elements, and decoupled look-back under deterministic mode."""
+    elements, and decoupled look-back under deterministic mode.  Loop-inner configs: a small
+    subspace (``_LOOP_*``: chunk, lanes per thread, warps), sub 1, decoupled look-back (chained
+    only under deterministic mode), so the tuner tries ~10-20 of them per problem."""
     if cfg.block_m > max(16, intmath.next_power_of_2(problem.M)):
         return False
     if cfg.chunk * cfg.sub > max(16, intmath.next_power_of_2(problem.L)):
         return False
-    tile_elems = cfg.chunk * cfg.block_m
-    if tile_elems > _MAX_TILE or tile_elems > _MAX_PER_THREAD * 32 * cfg.num_warps:
-        return False
-    if tile_elems < 32 * cfg.num_warps:
-        return False
+    if cfg.inner == "loop":
+        if (cfg.chunk not in _LOOP_CHUNKS or cfg.num_warps not in _LOOP_WARPS
+                or cfg.block_m // (32 * cfg.num_warps) not in _LOOP_LANES_PER_THREAD
+                or cfg.block_m % (32 * cfg.num_warps) or cfg.sub != 1):
+            return False
+        if cfg.lookback == "chained" and not problem.deterministic:
+            return False
+    else:
+        tile_elems = cfg.chunk * cfg.block_m
+        if (cfg.block_m > _MAX_TILE_BLOCK_M or tile_elems > _MAX_TILE
+                or tile_elems > _MAX_PER_THREAD * 32 * cfg.num_warps):
+            return False
+        if tile_elems < 32 * cfg.num_warps:
+            return False
     if cfg.window > 1 and (cfg.lookback == "decoupled"
                            or cfg.window >= n_chunks(problem.L, cfg.chunk * cfg.sub)):
         return False
@@ -141,11 +167,12 @@ class LookbackPlan:
     decoupled: bool
     window: int = 1
     sub: int = 1
+    loop: bool = False
 
     @classmethod
     def of(cls, cfg: LookbackConfig, window: Optional[int] = None) -> "LookbackPlan":
         return cls(cfg.chunk, cfg.block_m, cfg.num_warps, cfg.lookback == "decoupled",
-                   cfg.window if window is None else window, cfg.sub)
+                   cfg.window if window is None else window, cfg.sub, cfg.inner == "loop")
 
 
 def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, delta, nu_log,
@@ -170,7 +197,7 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
         B, L, M, nmt, nch, plan.window,
         HAS_RESETS=seg is not None, HAS_H0=h0[0] is not None, REVERSE=reverse,
         DECOUPLED=plan.decoupled, CHUNK=plan.chunk, BLOCK_M=plan.block_m, SUB=plan.sub,
-        num_warps=plan.num_warps)
+        LOOP=plan.loop, num_warps=plan.num_warps)
 
 
 class _LookbackScan(torch.autograd.Function):
@@ -224,7 +251,7 @@ def run(inputs: ScanInputs, cfg: LookbackConfig) -> ScanOutput:
     return lookback_scan(inputs, LookbackPlan.of(cfg))
 
 
-KERNEL_MODULES = (lookback_kernels, complex_math, tile)
+KERNEL_MODULES = (lookback_kernels, chunk_walk, complex_math, tile)
 
 STRATEGY = register(Strategy(
     name="lookback",
