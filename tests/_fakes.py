@@ -45,6 +45,26 @@ def grid_cost(cfg: GridConfig) -> float:
     return 1.0 + abs(cfg.a - 2) + 0.5 * abs(cfg.b - 1)
 
 
+class Grid3Config(BaseModel):
+    """Three fields: a 4 x 3 x 3 config space."""
+
+    model_config = ConfigDict(frozen=True)
+    a: Literal[0, 1, 2, 3] = 0
+    b: Literal[0, 1, 2] = 0
+    c: Literal[0, 1, 2] = 0
+
+
+def grid3_cost(cfg: Grid3Config) -> float:
+    """Separable, optimum 1.0 ms at a=2, b=1, c=1; the default (0, 0, 0) costs 4.0 ms."""
+    return 1.0 + abs(cfg.a - 2) + 0.5 * abs(cfg.b - 1) + 0.5 * abs(cfg.c - 1)
+
+
+def coupled_cost(cfg: GridConfig) -> float:
+    """Not separable: 1.0 ms only at a=3, b=2 together; elsewhere the default (0, 0) is the
+    best, so one field at a time never leaves it."""
+    return 1.0 if (cfg.a, cfg.b) == (3, 2) else 2.0 + 0.1 * (cfg.a + cfg.b)
+
+
 def fake(name: str, cost: Union[float, Callable[[BaseModel], float]] = 1.0, *,
          config_model: type[BaseModel] = EmptyConfig, sleep: bool = False,
          wrong: bool = False, raises: Optional[Callable[[], BaseException]] = None,

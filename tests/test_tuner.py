@@ -9,7 +9,8 @@ import samu_tune
 from samu_tune.problem import ScanProblem
 from samu_tune.tuner import TuneResult, verification_problem
 
-from _fakes import GridConfig, clock, env, fake, grid_cost  # noqa: F401  (fixtures)
+from _fakes import (  # noqa: F401  (fixtures)
+    Grid3Config, GridConfig, clock, coupled_cost, env, fake, grid3_cost, grid_cost)
 
 FWD = ScanProblem(B=2, L=6, M=4, dtype="float32", device="cpu", backward=False)
 TRAIN = ScanProblem(B=2, L=5, M=3, dtype="float32", device="cpu", backward=True,
@@ -104,14 +105,15 @@ def test_deterministic_mode_filters_atomics(env, clock):
 
 
 def test_refine_finds_the_exhaustive_optimum_with_fewer_configs(env, clock):
-    env.add(fake("grid", grid_cost, config_model=GridConfig), fake("flat", 1.5))
+    env.add(fake("grid", grid3_cost, config_model=Grid3Config), fake("flat", 1.5))
     names = ["grid", "flat"]
     events = []
     refine = samu_tune.tune(FWD, strategies=names, reps=1, progress=events.append)
     full = samu_tune.tune(FWD, strategies=names, reps=1, exhaustive=True)
-    assert full.search == "exhaustive" and len(full.candidates) == 13
+    assert full.search == "exhaustive" and len(full.candidates) == 37
     for result in (refine, full):
-        assert (result.winner.strategy, result.winner.config) == ("grid", {"a": 2, "b": 1})
+        assert (result.winner.strategy, result.winner.config) == (
+            "grid", {"a": 2, "b": 1, "c": 1})
         assert result.winner.time_ms == pytest.approx(1.0)
         assert result.runner_up.time_ms == pytest.approx(1.5)
     assert len(refine.candidates) < len(full.candidates)
@@ -125,7 +127,24 @@ def test_refine_finds_the_exhaustive_optimum_with_fewer_configs(env, clock):
     assert {e.phase for e in events} == {"screen", "refine", "retime"}
     finish = [e for e in events if e.event == "finish" and e.phase != "retime"]
     assert [e.candidate for e in finish] == [c.name for c in refine.candidates]
-    assert finish[0].candidate == "grid[a=0,b=0]" and finish[0].time_ms == pytest.approx(3.5)
+    assert finish[0].candidate == "grid[a=0,b=0,c=0]" and finish[0].time_ms == pytest.approx(4.0)
+
+
+def test_refine_tries_two_fields_at_once(env, clock):
+    env.add(fake("coupled", coupled_cost, config_model=GridConfig))
+    result = samu_tune.tune(FWD, strategies=["coupled"], reps=1)
+    assert result.winner.config == {"a": 3, "b": 2}
+    assert result.winner.time_ms == pytest.approx(1.0)
+
+
+def test_the_reference_is_a_fallback(env, clock):
+    env.add(fake("good", 2.0))
+    both = samu_tune.tune(FWD, strategies=["good", "reference"], reps=1)
+    assert [c.strategy for c in both.candidates] == ["good"]
+    env.add(fake("broken", 1.0, raises=lambda: RuntimeError("boom")))
+    alone = samu_tune.tune(FWD, strategies=["broken", "reference"], reps=1)
+    assert [c.strategy for c in alone.candidates][-1] == "reference"
+    assert alone.winner.strategy == "reference"
 
 
 def test_max_configs_caps_the_search(env, clock):
@@ -186,20 +205,20 @@ def test_save_stores_the_winner(env, clock):
 
 
 def test_a_neighbours_winner_is_timed_first(env, clock):
-    env.add(fake("grid", grid_cost, config_model=GridConfig), fake("flat", 1.5))
+    env.add(fake("grid", grid3_cost, config_model=Grid3Config), fake("flat", 1.5))
     names = ["grid", "flat"]
     neighbour = FWD.model_copy(update={"L": 4 * FWD.L})
     first = samu_tune.tune(neighbour, strategies=names, reps=1, save=True)
-    assert first.winner.config == {"a": 2, "b": 1}
+    assert first.winner.config == {"a": 2, "b": 1, "c": 1}
     assert all(c.phase != "prior" for c in first.candidates)  # nothing tuned before it
     # with room for a single candidate, the neighbour's winner is the one evaluated
     one = samu_tune.tune(FWD, strategies=names, reps=1, max_configs=1)
     assert [(c.phase, c.strategy, c.config) for c in one.candidates] == [
-        ("prior", "grid", {"a": 2, "b": 1})]
+        ("prior", "grid", {"a": 2, "b": 1, "c": 1})]
     assert one.stopped == "max_configs"
     full = samu_tune.tune(FWD, strategies=names, reps=1)
     assert full.candidates[0].phase == "prior"
-    assert full.winner.config == {"a": 2, "b": 1}
+    assert full.winner.config == {"a": 2, "b": 1, "c": 1}
     # refinement starts from the prior (the optimum): only its neighbours are evaluated
     assert len(full.candidates) < len(first.candidates)
     # a prior the problem's space does not hold is not timed: "flat" is not among the names
