@@ -46,8 +46,10 @@ FP32_SHAPES = [(1, 16384, 256), (8, 8192, 1024)]
 # timed beside each strategy's default and sampled configs
 KNOWN_GOOD = {
     "lookback": [dict(chunk=16, block_m=128, num_warps=2), dict(chunk=128, block_m=32, num_warps=4),
-                 dict(chunk=64, block_m=32, num_warps=4), dict(chunk=128, block_m=16, num_warps=4),
-                 dict(chunk=256, block_m=16, num_warps=4)],
+                 dict(chunk=64, block_m=32, num_warps=2), dict(chunk=256, block_m=16, num_warps=4),
+                 dict(chunk=32, block_m=512, num_warps=4, inner="loop"),
+                 dict(chunk=32, block_m=256, num_warps=4, inner="loop"),
+                 dict(chunk=32, block_m=128, num_warps=2, inner="loop")],
 }
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything a session checks on the GPU, in one device call (<= 600 s; each phase has its own
 # time limit, 0 skips it, and writes under $OUT as it goes):
-#   1. gpu-marked tests (TEST_ARGS: files / -k)            T_TESTS    -> gpu_tests.log
+#   1. gpu-marked tests (TEST_ARGS: files, TEST_K: -k)            T_TESTS    -> gpu_tests.log
 #   2. look-back config bench (LOOKBACK_ARGS)              T_LOOKBACK -> lookback/
 #   3. host-path probe: scan vs direct call, profiles      T_PROBE    -> probe/
 #   4. grid benchmark: every strategy, seed default (+ chunk32 at two shapes), accelerated-scan,
@@ -23,7 +23,8 @@ on() { [ "${1:-0}" -gt 0 ]; }
 if on "${T_TESTS:-110}"; then
   phase tests
   timeout "${T_TESTS:-110}" python3 -m pytest -v -m gpu -p no:cacheprovider \
-      ${TEST_ARGS:-tests/test_lookback.py tests/test_decode.py tests/test_decode_cache.py} 2>&1 \
+      ${TEST_ARGS:-tests/test_lookback.py tests/test_decode.py tests/test_decode_cache.py} \
+      ${TEST_K:+-k "$TEST_K"} 2>&1 \
       | grep -E "PASSED|FAILED|ERROR|Error|assert|passed|failed" > "$OUT/gpu_tests.log"
   grep -c PASSED "$OUT/gpu_tests.log"; grep -E "FAILED|ERROR|passed|failed" "$OUT/gpu_tests.log" | tail -8
 fi

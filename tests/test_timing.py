@@ -201,7 +201,8 @@ def test_bench_tuner_sets():
     assert all(look.parse_config(c) in sub or look.parse_config(c) == look.default_config(problem)
                for c in got)
     assert len(got) >= len(sub)
+    # no tuned problem in the (CPU) tables: no priors, the defaults and their neighbours only
     for name, cfg in bench_tuner.neighbour_set(problem):
         strat = registry.get(name)
         default = strat.default_config(problem).model_dump()
-        assert sum(cfg[k] != default[k] for k in cfg) == 1
+        assert sum(cfg[k] != default[k] for k in cfg) <= 1

@@ -107,23 +107,29 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
 
 
 def default(problem: ScanProblem) -> LookbackConfig:
-    """The configs measured fastest on the H200 in GPU time (the tuner's clock; run of
-    scripts/results/NVIDIA-H200/reach/bench_reach.json): 128-step chunks of 32 modes at 4
-    warps (few look-back hops), except forward with B * M >= 16384 (16, 1024, 1024 and
-    8, 8192, 1024), where 16-step chunks of 128 modes at 2 warps were 3-6% faster.  Shrunk to
-    fit small problems.  Under deterministic mode chained, with a window of 8 chunks when
-    there are more."""
-    if not problem.backward and problem.B * problem.M >= 16384:
-        chunk, block_m, num_warps = 16, 128, 2
-    else:
-        chunk, block_m, num_warps = 128, 32, 4
+    """The configs measured fastest on the H200 in GPU time (scripts/results/NVIDIA-H200/
+    loop/bench_lookback.json): for M >= 128 the loop-inner scan over 32-step chunks, 512 modes
+    at 4 warps (M >= 512; (8, 8192, 1024): forward 0.40 ms, training 1.10 ms against 0.60 and
+    1.88 ms for the best tile configs), else 256 at 4 or 128 at 2 warps (two lanes per thread;
+    (32, 512, 256) training 0.145 against 0.167 ms, forward equal).  Narrower M: the tile scan,
+    128-step chunks of 32 modes at 4 warps, shrunk to fit small problems.  Under deterministic
+    mode chained, with a window of 8 chunks when there are more."""
+    mode = "chained" if problem.deterministic else "decoupled"
+    if problem.M >= 128 and problem.L >= 32:
+        block_m = 512 if problem.M >= 512 else 256 if problem.M >= 256 else 128
+        cfg = LookbackConfig(chunk=32, block_m=block_m, num_warps=4 if block_m >= 256 else 2,
+                             inner="loop", lookback=mode,
+                             window=8 if mode == "chained" and n_chunks(problem.L, 32) > 8
+                             else 1)
+        if valid(problem, cfg):
+            return cfg
+    chunk, block_m, num_warps = 128, 32, 4
     while chunk > 16 and chunk > problem.L:
         chunk //= 2
     while block_m > 16 and block_m > problem.M:
         block_m //= 2
     while num_warps > 2 and chunk * block_m < 32 * 8 * num_warps:
         num_warps //= 2
-    mode = "chained" if problem.deterministic else "decoupled"
     window = 8 if mode == "chained" and n_chunks(problem.L, chunk) > 8 else 1
     return LookbackConfig(chunk=chunk, block_m=block_m, num_warps=num_warps, lookback=mode,
                           window=window)
