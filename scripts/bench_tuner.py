@@ -148,7 +148,9 @@ def warm_pool(tasks, workers: int, deadline: float) -> dict:
     except Exception as exc:  # a broken pool: the cases compile in-process instead
         out["errors"].append(f"pool: {type(exc).__name__}: {exc}"[:300])
     out["cancelled"] = sum(f.cancel() for f in futures)
-    pool.shutdown(wait=False, cancel_futures=True)
+    # wait for the running compiles: left running, they share the GPU and the CPUs with the
+    # tunes being measured
+    pool.shutdown(wait=True, cancel_futures=True)
     return out
 
 
@@ -166,7 +168,8 @@ def tune_case(problem: ScanProblem, budget_s: float) -> dict:
             "cold": sum(c.warmup_s > COLD_S for c in cands),
             "candidates": [dict(name=c.name, phase=c.phase, status=c.status, time_ms=c.time_ms,
                                 host_ms=c.host_ms, warmup_s=round(c.warmup_s, 3),
-                                verify_s=round(c.verify_s, 3)) for c in cands]}
+                                verify_s=round(c.verify_s, 3), wall_s=round(c.wall_s, 3))
+                           for c in cands]}
     if res.winner is not None:
         w = res.winner
         info.update(pick=w.name, pick_strategy=w.strategy, pick_config=w.config,
