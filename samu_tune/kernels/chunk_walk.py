@@ -15,15 +15,21 @@ later steps issued while the current one computes), as in the serial strategy.
 import triton
 import triton.language as tl
 
-from .complex_math import cmul, cmul_conj, transition
+from .complex_math import cmul, cmul_conj, transition, transition_cs
+from .controls import TABLE_COLS
 from .tile import transition_gradients
 
 
 @triton.jit
 def _transition_at(eta_ptr, delta_ptr, seg_ptr, tok, nu, cos_theta, sin_theta,
-                   HAS_RESETS: tl.constexpr):
+                   HAS_RESETS: tl.constexpr, TABLE: tl.constexpr):
     """A at token ``tok`` (= b L + t) for a mode tile: (ar, ai, log_radius), [BLOCK_M] each;
-    A = 0 where a reset starts a sequence."""
+    A = 0 where a reset starts a sequence.  TABLE: ``eta_ptr`` is the [B L, 4] control table
+    (:mod:`samu_tune.kernels.controls`, resets already applied; delta_ptr, seg_ptr unused)."""
+    if TABLE:
+        row = eta_ptr + tok * TABLE_COLS
+        return transition_cs(nu, cos_theta, sin_theta, tl.load(row), tl.load(row + 1),
+                             tl.load(row + 2))
     eta = tl.load(eta_ptr + tok).to(tl.float32)
     delta = tl.load(delta_ptr + tok).to(tl.float32)
     ar, ai, log_radius = transition(nu, cos_theta, sin_theta, eta, delta)
@@ -36,20 +42,22 @@ def _transition_at(eta_ptr, delta_ptr, seg_ptr, tok, nu, cos_theta, sin_theta,
 
 @triton.jit
 def _first_map(eta_ptr, delta_ptr, seg_ptr, row, start, L, nu, cos_theta, sin_theta,
-               HAS_RESETS: tl.constexpr):
+               HAS_RESETS: tl.constexpr, TABLE: tl.constexpr):
     """Backward only: A[t + 1] for the chunk's first time t = L - 1 - start (identity when
     t = L - 1).  Returned unconjugated; the walk conjugates it."""
     nxt = tl.minimum(L - start, L - 1)
     ar, ai, _ = _transition_at(eta_ptr, delta_ptr, seg_ptr, row + nxt, nu, cos_theta,
-                               sin_theta, HAS_RESETS)
+                               sin_theta, HAS_RESETS, TABLE)
     return tl.where(start > 0, ar, 1.0), tl.where(start > 0, ai, 0.0)
 
 
 @triton.jit
 def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, lane, mask, nu,
                  cos_theta, sin_theta, HAS_RESETS: tl.constexpr, REVERSE: tl.constexpr,
-                 CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, NUM_STAGES: tl.constexpr):
-    """The chunk's map z -> P z + Q: (Pr, Pi, Qr, Qi), [BLOCK_M] each."""
+                 CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, NUM_STAGES: tl.constexpr,
+                 TABLE: tl.constexpr = False):
+    """The chunk's map z -> P z + Q: (Pr, Pi, Qr, Qi), [BLOCK_M] each.  TABLE: the controls
+    come from the control table at ``eta_ptr`` (see :func:`_transition_at`)."""
     start = c * CHUNK
     n = tl.minimum(CHUNK, L - start)
     pr = tl.full((BLOCK_M,), 1.0, tl.float32)
@@ -58,7 +66,7 @@ def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, la
     qi = tl.zeros((BLOCK_M,), tl.float32)
     if REVERSE:
         nr, ni = _first_map(eta_ptr, delta_ptr, seg_ptr, row, start, L, nu, cos_theta,
-                            sin_theta, HAS_RESETS)
+                            sin_theta, HAS_RESETS, TABLE)
     for r in tl.range(0, n, num_stages=NUM_STAGES):
         if REVERSE:
             t = L - 1 - (start + r)
@@ -68,7 +76,7 @@ def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, la
         xr = tl.load(x_r_ptr + tok * M + lane, mask=mask, other=0.0).to(tl.float32)
         xi = tl.load(x_i_ptr + tok * M + lane, mask=mask, other=0.0).to(tl.float32)
         ar, ai, _ = _transition_at(eta_ptr, delta_ptr, seg_ptr, tok, nu, cos_theta, sin_theta,
-                                   HAS_RESETS)
+                                   HAS_RESETS, TABLE)
         if REVERSE:
             tr, ti = nr, -ni
             nr, ni = ar, ai
@@ -87,12 +95,12 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
                 sr, si, b, row, c, L, M, n_mblocks, mb, lane, mask, nu, cos_theta, sin_theta,
                 HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
                 ATOMIC: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
-                NUM_STAGES: tl.constexpr):
+                NUM_STAGES: tl.constexpr, TABLE: tl.constexpr = False):
     """Walk the chunk from the carry-in (sr, si), storing every state into y.
 
     Backward also stores per-token control gradients (summed over the tile's modes) and grad
     h0, and returns the chunk's per-mode sums (d nu_log, d delta) as [BLOCK_M] each (the caller
-    multiplies the latter by theta).  Forward returns zeros.
+    multiplies the latter by theta).  Forward returns zeros.  TABLE: as in :func:`walk_summary`.
     """
     start = c * CHUNK
     n = tl.minimum(CHUNK, L - start)
@@ -100,7 +108,7 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
     acc_delta = tl.zeros((BLOCK_M,), tl.float32)
     if REVERSE:
         nr, ni = _first_map(eta_ptr, delta_ptr, seg_ptr, row, start, L, nu, cos_theta,
-                            sin_theta, HAS_RESETS)
+                            sin_theta, HAS_RESETS, TABLE)
         state = b * M + lane
         if HAS_H0:
             h0r = tl.load(h0_r_ptr + state, mask=mask, other=0.0).to(tl.float32)
@@ -118,7 +126,7 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
         xr = tl.load(x_r_ptr + off, mask=mask, other=0.0).to(tl.float32)
         xi = tl.load(x_i_ptr + off, mask=mask, other=0.0).to(tl.float32)
         ar, ai, log_radius = _transition_at(eta_ptr, delta_ptr, seg_ptr, tok, nu, cos_theta,
-                                            sin_theta, HAS_RESETS)
+                                            sin_theta, HAS_RESETS, TABLE)
         if REVERSE:
             sr, si = cmul_conj(nr, ni, sr, si)          # g[t] = conj(A[t+1]) g[t+1] + dout[t]
             nr, ni = ar, ai
