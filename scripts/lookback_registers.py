@@ -41,7 +41,8 @@ def ptx(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
     fn = K.lookback_scan
     data = {"x_r_ptr", "x_i_ptr", "y_r_ptr", "y_i_ptr", "gx_r_ptr", "gx_i_ptr"}
     flags = dict(HAS_RESETS=True, HAS_H0=True, REVERSE=reverse, DECOUPLED=True, CHUNK=chunk,
-                 BLOCK_M=block_m, SUB=sub, LOOP=loop)
+                 BLOCK_M=block_m, SUB=sub, LOOP=loop,
+                 M_ALIGN=int(os.environ.get("M_ALIGN", "8" if loop else "1")))
     sig, const, attrs = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in flags:

@@ -194,6 +194,12 @@ def control_table(eta: torch.Tensor, delta: torch.Tensor,
     return table
 
 
+def m_align(plan: LookbackPlan, M: int) -> int:
+    """The kernel's M_ALIGN: 8 when M is a multiple of 8 and the plan loops (its row loads
+    and stores then vectorise; the tile path keeps one binary), else 1."""
+    return 8 if plan.loop and M % 8 == 0 else 1
+
+
 def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, delta, nu_log,
             theta_log, seg, x, h0, y, end, gx=(None, None), gh0=(None, None),
             p_ctl=(None, None), p_spec=(None, None), ctl=None) -> None:
@@ -221,7 +227,7 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
         B, L, M, nmt, nch, plan.window,
         HAS_RESETS=seg is not None, HAS_H0=h0[0] is not None, REVERSE=reverse,
         DECOUPLED=plan.decoupled, CHUNK=plan.chunk, BLOCK_M=plan.block_m, SUB=plan.sub,
-        LOOP=plan.loop, num_warps=plan.num_warps)
+        LOOP=plan.loop, M_ALIGN=m_align(plan, M), num_warps=plan.num_warps)
 
 
 class _LookbackScan(torch.autograd.Function):
