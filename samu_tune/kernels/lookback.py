@@ -260,7 +260,8 @@ def lookback_scan(
     if LOOP:
         agg_pr, agg_pi, agg_qr, agg_qi = walk_summary(
             ctl_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, c, L, M, lane, lane_ok, nu,
-            cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK * SUB, BLOCK_M, 1, TABLE=True)
+            cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK * SUB, BLOCK_M, 1, TABLE=True,
+            PREFETCH=True)
     elif SUB == 1:
         pr, pi, qr, qi, t, valid, tok, off, mask = _tile_maps(
             eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, c * CHUNK, L, M, lane,
@@ -340,7 +341,7 @@ def lookback_scan(
             y_i_ptr, h0_r_ptr, h0_i_ptr, gh0_r_ptr, gh0_i_ptr, p_eta_ptr, p_delta_ptr, carry_r,
             carry_i, b, row_base, c, L, M, n_mtiles, mt, lane, lane_ok, nu, cos_theta, sin_theta,
             HAS_RESETS, HAS_H0, REVERSE, False, CHUNK * SUB, BLOCK_M, 1,
-            TABLE=True)                                                        # [BLOCK_M] each
+            TABLE=True, PREFETCH=True)                                         # [BLOCK_M] each
         theta_part = delta_part * theta
     elif SUB == 1:
         _, _, nu_part, theta_part = _replay(
