@@ -68,6 +68,12 @@ def _transition_at(eta_ptr, delta_ptr, seg_ptr, tok, nu, cos_theta, sin_theta,
 
 
 @triton.jit
+def _add_pair(a0, a1, b0, b1):
+    """Combine of a two-operand sum (``tl.reduce`` over a pair of tensors)."""
+    return a0 + b0, a1 + b1
+
+
+@triton.jit
 def _time(start, r, L, REVERSE: tl.constexpr):
     """The time of the chunk's step r."""
     if REVERSE:
@@ -223,12 +229,14 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
             d_eta, d_delta = transition_gradients(sr, si, hr, hi, ar, ai, log_radius)
             d_eta = tl.where(mask, d_eta, 0.0)
             d_delta = tl.where(mask, d_delta, 0.0)
+            # both sums in one reduction: one round of CTA barriers per step, not two
+            s_eta, s_delta = tl.reduce((d_eta, d_delta), 0, _add_pair)
             if ATOMIC:
-                tl.atomic_add(g_eta_ptr + tok, tl.sum(d_eta, axis=0))
-                tl.atomic_add(g_delta_ptr + tok, tl.sum(d_delta, axis=0))
+                tl.atomic_add(g_eta_ptr + tok, s_eta)
+                tl.atomic_add(g_delta_ptr + tok, s_delta)
             else:
-                tl.store(g_eta_ptr + tok * n_mblocks + mb, tl.sum(d_eta, axis=0))
-                tl.store(g_delta_ptr + tok * n_mblocks + mb, tl.sum(d_delta, axis=0))
+                tl.store(g_eta_ptr + tok * n_mblocks + mb, s_eta)
+                tl.store(g_delta_ptr + tok * n_mblocks + mb, s_delta)
             acc_nu += d_eta
             acc_delta += d_delta
     if REVERSE:
