@@ -42,10 +42,11 @@ _MAX_TILE_BLOCK_M = 128
 
 # loop-inner configs (``inner="loop"``): rows walked per program and lanes per thread.  A
 # thread holds a few [BLOCK_M]-vectors, whatever the chunk; the lanes per thread set the
-# bytes each thread has in flight per row and amortise the per-row scalar work (exp(eta),
-# cos/sin(delta) are computed by every thread).  ptxas for sm_90 (Triton 3.6, bf16) at 2 / 4
-# / 8 lanes per thread: forward 56 / 90 / 164 registers, backward 62 / 106 / 247, no spills
-# (scripts/results/cpu-ptxas/lookback_loop_registers_sm90_triton36.txt).
+# bytes each thread has in flight per row (a row's controls come from a per-token table, the
+# next row's loads are issued before the current row's math).  ptxas for sm_90 (Triton 3.6,
+# bf16, M a multiple of 8) at 2 / 4 / 8 lanes per thread: forward 48 / 88 / 160 registers,
+# backward 69 / 96 / 185, no spills
+# (scripts/results/cpu-ptxas/lookback_loop_fast_sm90_triton36.txt).
 _LOOP_CHUNKS = (32, 64, 128)
 _LOOP_LANES_PER_THREAD = (2, 4, 8)
 _LOOP_WARPS = (2, 4)
