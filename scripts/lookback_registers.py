@@ -1,6 +1,9 @@
 """Registers and spills of ``lookback_scan`` configs for sm_90, without a GPU.
 
-    python scripts/lookback_registers.py [CHUNKxBLOCK_MxWARPS[xSUB][c][l] ...]   (default: the config space)
+    python scripts/lookback_registers.py [--stats] [CHUNKxBLOCK_MxWARPS[xSUB][c][l] ...]   (default: the config space)
+
+``--stats``: also the PTX's global loads/stores by width, branches and sin/cos ops
+(``PTX_DUMP=DIR`` writes the PTX files there).
 
 Specs as in ``scripts/bench_lookback.py`` (a trailing ``l``: loop-inner, e.g. ``64x512x4l``).
 
@@ -12,6 +15,7 @@ runs the ptxas shipped with Triton on it (``ptxas -v``).  This is how the regist
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -37,7 +41,8 @@ def ptx(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
     fn = K.lookback_scan
     data = {"x_r_ptr", "x_i_ptr", "y_r_ptr", "y_i_ptr", "gx_r_ptr", "gx_i_ptr"}
     flags = dict(HAS_RESETS=True, HAS_H0=True, REVERSE=reverse, DECOUPLED=True, CHUNK=chunk,
-                 BLOCK_M=block_m, SUB=sub, LOOP=loop)
+                 BLOCK_M=block_m, SUB=sub, LOOP=loop,
+                 M_ALIGN=int(os.environ.get("M_ALIGN", "8" if loop else "1")))
     sig, const, attrs = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in flags:
@@ -65,23 +70,42 @@ def ptx(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
     return mod
 
 
+def ptx_stats(text: str) -> str:
+    """Global memory instructions by kind and width (``ld.global.v4.b32``: a 16-byte load),
+    branches and MUFU ops in the PTX: whether row loads are vectorised."""
+    kinds: dict = {}
+    for m in re.finditer(r"\b((?:ld|st|cp\.async)[\w.]*global[\w.]*|bra(?:\.uni)?)\b", text):
+        kinds[m.group(1)] = kinds.get(m.group(1), 0) + 1
+    kinds["sin/cos.approx"] = len(re.findall(r"\b(?:sin|cos)\.approx", text))
+    return ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
+
+
 def registers(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
-              loop: bool = False) -> str:
+              loop: bool = False, stats: bool = False) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "k.ptx"
-        path.write_text(ptx(reverse, chunk, block_m, num_warps, sub, loop))
+        text = ptx(reverse, chunk, block_m, num_warps, sub, loop)
+        if os.environ.get("PTX_DUMP"):
+            out = Path(os.environ["PTX_DUMP"])
+            out.mkdir(parents=True, exist_ok=True)
+            (out / f"{'bwd' if reverse else 'fwd'}_{chunk}x{block_m}x{num_warps}x{sub}"
+                   f"{'l' if loop else ''}.ptx").write_text(text)
+        path.write_text(text)
         res = subprocess.run([str(PTXAS), "-arch=sm_90a", "-v", str(path), "-o",
                               str(Path(tmp) / "k.cubin")], capture_output=True, text=True)
     lines = [ln.split("ptxas info    : ")[-1].strip() for ln in res.stderr.splitlines()
              if "registers" in ln or "spill" in ln]
-    return " | ".join(lines) if res.returncode == 0 else res.stderr.strip()[-300:]
+    regs = " | ".join(lines) if res.returncode == 0 else res.stderr.strip()[-300:]
+    return regs + ("\n    " + ptx_stats(text) if stats else "")
 
 
 def main() -> None:
     from samu_tune.strategies.lookback import LookbackConfig, LookbackPlan, valid
-    if len(sys.argv) > 1:
+    args = [a for a in sys.argv[1:] if a != "--stats"]
+    stats = "--stats" in sys.argv[1:]
+    if args:
         from bench_lookback import parse_config
-        configs = [parse_config(s) for s in sys.argv[1:]]
+        configs = [parse_config(s) for s in args]
     else:
         from samu_tune.problem import ScanProblem
         from samu_tune.registry import config_space
@@ -98,7 +122,7 @@ def main() -> None:
             print(f"{'bwd' if reverse else 'fwd'} {'loop' if loop else 'tile'} chunk={chunk:3d} "
                   f"block_m={block_m:4d} warps={warps} sub={sub:2d} "
                   f"({per_thread:2d}/thread): "
-                  f"{registers(reverse, chunk, block_m, warps, sub, loop)}", flush=True)
+                  f"{registers(reverse, chunk, block_m, warps, sub, loop, stats)}", flush=True)
 
 
 if __name__ == "__main__":

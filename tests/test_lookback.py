@@ -116,6 +116,11 @@ def test_loop_inner(plan):
     # without resets h0 reaches every chunk; bf16 data
     problem = _problem(1, 45, 20, dtype="bfloat16", initial_state=True, final_state=True)
     _check(plan, problem, seed=9)
+    # M a multiple of 8 (the M_ALIGN = 8 binary: vectorised rows), the last mode tile ragged
+    assert lb.m_align(plan, 40) == 8 and lb.m_align(plan, 20) == 1
+    problem = _problem(2, 37, 40, dtype="bfloat16", resets=True, initial_state=True,
+                       final_state=True)
+    _check(plan, problem, seed=10)
 
 
 def test_loop_inner_gradient_through_the_final_state_only_and_tiles_agree():
@@ -352,8 +357,10 @@ def test_a_new_shape_does_not_recompile(cfg):
     from samu_tune.settings import settings
     if settings().interpret:
         pytest.skip("counts compiled binaries: needs TRITON_INTERPRET=0")
-    shapes = [(2, 37, 20), (3, 64, 48), (1, 1, 1), (4, 129, 97)]
+    shapes = [(2, 37, 20), (3, 64, 48), (1, 1, 1), (4, 129, 97), (2, 50, 64)]
     counts = [c[0] for c in binaries_over_shapes(lambda inp: lb.run(inp, cfg),
                                                  [lookback_kernels.lookback_scan], shapes)]
     assert counts[0] >= 2, counts         # forward and reverse
-    assert all(c == counts[0] for c in counts[1:]), counts
+    # the loop path: one more pair for M a multiple of 8 (M_ALIGN, vectorised rows), no more
+    assert counts[1] == (2 if cfg.inner == "loop" else 1) * counts[0], counts
+    assert all(c == counts[1] for c in counts[2:]), counts

@@ -11,45 +11,119 @@ t = L - 1 - (c CHUNK + r) backward, where the map at t is conj(A[t+1]) (A[L] = 1
 backward, A[t] computed at one step is the next step's map, so each step evaluates one
 transition (plus one before the loop).  NUM_STAGES software-pipelines the walk (loads of
 later steps issued while the current one computes), as in the serial strategy.
+
+The look-back scan's loop-inner walk uses two variants instead (constexpr flags, off for the
+chunk family): TABLE reads a token's (e^eta, cos delta, sin delta) from a precomputed table
+(no per-thread libdevice trig, whose range-reduction branch blocks load hoisting), PREFETCH
+issues step r+1's loads (row, controls, backward's h[t-1]) into registers before step r's
+arithmetic and stores: one extra row in flight per program, and no shared-memory staging.
 """
 import triton
 import triton.language as tl
 
-from .complex_math import cmul, cmul_conj, transition
+from .complex_math import cmul, cmul_conj, transition, transition_cs
+from .controls import TABLE_COLS
 from .tile import transition_gradients
 
 
 @triton.jit
-def _transition_at(eta_ptr, delta_ptr, seg_ptr, tok, nu, cos_theta, sin_theta,
-                   HAS_RESETS: tl.constexpr):
-    """A at token ``tok`` (= b L + t) for a mode tile: (ar, ai, log_radius), [BLOCK_M] each;
-    A = 0 where a reset starts a sequence."""
+def _controls_at(eta_ptr, delta_ptr, seg_ptr, tok, HAS_RESETS: tl.constexpr,
+                 TABLE: tl.constexpr):
+    """The raw controls of token ``tok`` (= b L + t), three fp32 scalars: TABLE (``eta_ptr`` is
+    the [B L, 4] control table of :mod:`samu_tune.kernels.controls`, resets applied; delta_ptr,
+    seg_ptr unused): (e^eta, cos delta, sin delta); else (eta, delta, keep), keep 0 where a
+    reset starts a sequence."""
+    if TABLE:
+        at = eta_ptr + tok * TABLE_COLS
+        return tl.load(at), tl.load(at + 1), tl.load(at + 2)
     eta = tl.load(eta_ptr + tok).to(tl.float32)
     delta = tl.load(delta_ptr + tok).to(tl.float32)
-    ar, ai, log_radius = transition(nu, cos_theta, sin_theta, eta, delta)
     if HAS_RESETS:
-        keep = tl.load(seg_ptr + tok) != 0
-        ar = tl.where(keep, ar, 0.0)
-        ai = tl.where(keep, ai, 0.0)
+        keep = (tl.load(seg_ptr + tok) != 0).to(tl.float32)
+    else:
+        keep = 1.0
+    return eta, delta, keep
+
+
+@triton.jit
+def _transition_of(c0, c1, c2, nu, cos_theta, sin_theta, HAS_RESETS: tl.constexpr,
+                   TABLE: tl.constexpr):
+    """A from a token's raw controls (:func:`_controls_at`) for a mode tile: (ar, ai,
+    log_radius), [BLOCK_M] each; A = 0 where a reset starts a sequence."""
+    if TABLE:
+        return transition_cs(nu, cos_theta, sin_theta, c0, c1, c2)
+    ar, ai, log_radius = transition(nu, cos_theta, sin_theta, c0, c1)
+    if HAS_RESETS:
+        ar = tl.where(c2 != 0, ar, 0.0)
+        ai = tl.where(c2 != 0, ai, 0.0)
     return ar, ai, log_radius
 
 
 @triton.jit
+def _transition_at(eta_ptr, delta_ptr, seg_ptr, tok, nu, cos_theta, sin_theta,
+                   HAS_RESETS: tl.constexpr, TABLE: tl.constexpr):
+    """A at token ``tok``: (ar, ai, log_radius), [BLOCK_M] each."""
+    c0, c1, c2 = _controls_at(eta_ptr, delta_ptr, seg_ptr, tok, HAS_RESETS, TABLE)
+    return _transition_of(c0, c1, c2, nu, cos_theta, sin_theta, HAS_RESETS, TABLE)
+
+
+@triton.jit
+def _add_pair(a0, a1, b0, b1):
+    """Combine of a two-operand sum (``tl.reduce`` over a pair of tensors)."""
+    return a0 + b0, a1 + b1
+
+
+@triton.jit
+def _time(start, r, L, REVERSE: tl.constexpr):
+    """The time of the chunk's step r."""
+    if REVERSE:
+        return L - 1 - (start + r)
+    return start + r
+
+
+@triton.jit
+def _row_loads(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row, t, M,
+               lane, mask, HAS_RESETS: tl.constexpr, TABLE: tl.constexpr, PREV: tl.constexpr):
+    """Everything step t reads, unconverted: x[t] (pair, [BLOCK_M] in the data dtype), the
+    raw controls (three scalars) and, PREV, h[t-1] (pair; from row t = 0 itself at t = 0, a
+    valid address whose values the caller replaces by h0 or 0)."""
+    tok = row + t
+    off = tok * M + lane
+    xr = tl.load(x_r_ptr + off, mask=mask, other=0.0)
+    xi = tl.load(x_i_ptr + off, mask=mask, other=0.0)
+    c0, c1, c2 = _controls_at(eta_ptr, delta_ptr, seg_ptr, tok, HAS_RESETS, TABLE)
+    if PREV:
+        prev = (row + tl.maximum(t - 1, 0)) * M + lane
+        hr = tl.load(h_r_ptr + prev, mask=mask, other=0.0)
+        hi = tl.load(h_i_ptr + prev, mask=mask, other=0.0)
+    else:
+        hr = xr
+        hi = xi
+    return xr, xi, c0, c1, c2, hr, hi
+
+
+@triton.jit
 def _first_map(eta_ptr, delta_ptr, seg_ptr, row, start, L, nu, cos_theta, sin_theta,
-               HAS_RESETS: tl.constexpr):
+               HAS_RESETS: tl.constexpr, TABLE: tl.constexpr):
     """Backward only: A[t + 1] for the chunk's first time t = L - 1 - start (identity when
     t = L - 1).  Returned unconjugated; the walk conjugates it."""
     nxt = tl.minimum(L - start, L - 1)
     ar, ai, _ = _transition_at(eta_ptr, delta_ptr, seg_ptr, row + nxt, nu, cos_theta,
-                               sin_theta, HAS_RESETS)
+                               sin_theta, HAS_RESETS, TABLE)
     return tl.where(start > 0, ar, 1.0), tl.where(start > 0, ai, 0.0)
 
 
 @triton.jit
 def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, lane, mask, nu,
                  cos_theta, sin_theta, HAS_RESETS: tl.constexpr, REVERSE: tl.constexpr,
-                 CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, NUM_STAGES: tl.constexpr):
-    """The chunk's map z -> P z + Q: (Pr, Pi, Qr, Qi), [BLOCK_M] each."""
+                 CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, NUM_STAGES: tl.constexpr,
+                 TABLE: tl.constexpr = False, PREFETCH: tl.constexpr = False):
+    """The chunk's map z -> P z + Q: (Pr, Pi, Qr, Qi), [BLOCK_M] each.
+
+    TABLE: the controls come from the control table at ``eta_ptr`` (:func:`_controls_at`).
+    PREFETCH: step r+1's loads are issued before step r's arithmetic (held in registers one
+    step: two rows in flight per program without Triton's pipeliner; see the module
+    docstring)."""
     start = c * CHUNK
     n = tl.minimum(CHUNK, L - start)
     pr = tl.full((BLOCK_M,), 1.0, tl.float32)
@@ -58,17 +132,24 @@ def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, la
     qi = tl.zeros((BLOCK_M,), tl.float32)
     if REVERSE:
         nr, ni = _first_map(eta_ptr, delta_ptr, seg_ptr, row, start, L, nu, cos_theta,
-                            sin_theta, HAS_RESETS)
+                            sin_theta, HAS_RESETS, TABLE)
+    if PREFETCH:
+        xr_n, xi_n, c0_n, c1_n, c2_n, _hr, _hi = _row_loads(
+            eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, x_r_ptr, x_i_ptr, row,
+            _time(start, 0, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, False)
     for r in tl.range(0, n, num_stages=NUM_STAGES):
-        if REVERSE:
-            t = L - 1 - (start + r)
+        if PREFETCH:
+            xr, xi, c0, c1, c2 = xr_n, xi_n, c0_n, c1_n, c2_n
+            # the last step reloads itself (in bounds, unused)
+            xr_n, xi_n, c0_n, c1_n, c2_n, _hr, _hi = _row_loads(
+                eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, x_r_ptr, x_i_ptr, row,
+                _time(start, tl.minimum(r + 1, n - 1), L, REVERSE), M, lane, mask, HAS_RESETS,
+                TABLE, False)
         else:
-            t = start + r
-        tok = row + t
-        xr = tl.load(x_r_ptr + tok * M + lane, mask=mask, other=0.0).to(tl.float32)
-        xi = tl.load(x_i_ptr + tok * M + lane, mask=mask, other=0.0).to(tl.float32)
-        ar, ai, _ = _transition_at(eta_ptr, delta_ptr, seg_ptr, tok, nu, cos_theta, sin_theta,
-                                   HAS_RESETS)
+            xr, xi, c0, c1, c2, _hr, _hi = _row_loads(
+                eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, x_r_ptr, x_i_ptr, row,
+                _time(start, r, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, False)
+        ar, ai, _lr = _transition_of(c0, c1, c2, nu, cos_theta, sin_theta, HAS_RESETS, TABLE)
         if REVERSE:
             tr, ti = nr, -ni
             nr, ni = ar, ai
@@ -76,8 +157,8 @@ def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, la
             tr, ti = ar, ai
         pr, pi = cmul(tr, ti, pr, pi)
         qr, qi = cmul(tr, ti, qr, qi)
-        qr += xr
-        qi += xi
+        qr += xr.to(tl.float32)
+        qi += xi.to(tl.float32)
     return pr, pi, qr, qi
 
 
@@ -87,12 +168,15 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
                 sr, si, b, row, c, L, M, n_mblocks, mb, lane, mask, nu, cos_theta, sin_theta,
                 HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
                 ATOMIC: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
-                NUM_STAGES: tl.constexpr):
+                NUM_STAGES: tl.constexpr, TABLE: tl.constexpr = False,
+                PREFETCH: tl.constexpr = False):
     """Walk the chunk from the carry-in (sr, si), storing every state into y.
 
     Backward also stores per-token control gradients (summed over the tile's modes) and grad
     h0, and returns the chunk's per-mode sums (d nu_log, d delta) as [BLOCK_M] each (the caller
-    multiplies the latter by theta).  Forward returns zeros.
+    multiplies the latter by theta).  Forward returns zeros.  TABLE, PREFETCH: as in
+    :func:`walk_summary` (the prefetched loads are issued before the step's stores too, which
+    the compiler could not move them above: it cannot tell that y and x do not alias).
     """
     start = c * CHUNK
     n = tl.minimum(CHUNK, L - start)
@@ -100,7 +184,7 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
     acc_delta = tl.zeros((BLOCK_M,), tl.float32)
     if REVERSE:
         nr, ni = _first_map(eta_ptr, delta_ptr, seg_ptr, row, start, L, nu, cos_theta,
-                            sin_theta, HAS_RESETS)
+                            sin_theta, HAS_RESETS, TABLE)
         state = b * M + lane
         if HAS_H0:
             h0r = tl.load(h0_r_ptr + state, mask=mask, other=0.0).to(tl.float32)
@@ -108,42 +192,51 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
         else:
             h0r = tl.zeros((BLOCK_M,), tl.float32)
             h0i = tl.zeros((BLOCK_M,), tl.float32)
+    if PREFETCH:
+        xr_n, xi_n, c0_n, c1_n, c2_n, hr_n, hi_n = _row_loads(
+            eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
+            _time(start, 0, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, REVERSE)
     for r in tl.range(0, n, num_stages=NUM_STAGES):
-        if REVERSE:
-            t = L - 1 - (start + r)
-        else:
-            t = start + r
+        t = _time(start, r, L, REVERSE)
         tok = row + t
         off = tok * M + lane
-        xr = tl.load(x_r_ptr + off, mask=mask, other=0.0).to(tl.float32)
-        xi = tl.load(x_i_ptr + off, mask=mask, other=0.0).to(tl.float32)
-        ar, ai, log_radius = _transition_at(eta_ptr, delta_ptr, seg_ptr, tok, nu, cos_theta,
-                                            sin_theta, HAS_RESETS)
+        if PREFETCH:
+            xr, xi, c0, c1, c2, hr, hi = xr_n, xi_n, c0_n, c1_n, c2_n, hr_n, hi_n
+            # the last step reloads itself (in bounds, unused)
+            xr_n, xi_n, c0_n, c1_n, c2_n, hr_n, hi_n = _row_loads(
+                eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
+                _time(start, tl.minimum(r + 1, n - 1), L, REVERSE), M, lane, mask, HAS_RESETS,
+                TABLE, REVERSE)
+        else:
+            xr, xi, c0, c1, c2, hr, hi = _row_loads(
+                eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row, t, M,
+                lane, mask, HAS_RESETS, TABLE, REVERSE)
+        ar, ai, log_radius = _transition_of(c0, c1, c2, nu, cos_theta, sin_theta, HAS_RESETS,
+                                            TABLE)
         if REVERSE:
             sr, si = cmul_conj(nr, ni, sr, si)          # g[t] = conj(A[t+1]) g[t+1] + dout[t]
             nr, ni = ar, ai
         else:
             sr, si = cmul(ar, ai, sr, si)               # h[t] = A[t] h[t-1] + b[t]
-        sr += xr
-        si += xi
+        sr += xr.to(tl.float32)
+        si += xi.to(tl.float32)
         tl.store(y_r_ptr + off, sr.to(y_r_ptr.dtype.element_ty), mask=mask)
         tl.store(y_i_ptr + off, si.to(y_i_ptr.dtype.element_ty), mask=mask)
         if REVERSE:
-            # h[t-1] from the saved outputs (a valid address even at t = 0, where h0 or 0 is used)
-            prev = (row + tl.maximum(t - 1, 0)) * M + lane
-            hr = tl.load(h_r_ptr + prev, mask=mask, other=0.0).to(tl.float32)
-            hi = tl.load(h_i_ptr + prev, mask=mask, other=0.0).to(tl.float32)
-            hr = tl.where(t > 0, hr, h0r)
-            hi = tl.where(t > 0, hi, h0i)
+            # h[t-1] from the saved outputs; h0 or 0 at t = 0
+            hr = tl.where(t > 0, hr.to(tl.float32), h0r)
+            hi = tl.where(t > 0, hi.to(tl.float32), h0i)
             d_eta, d_delta = transition_gradients(sr, si, hr, hi, ar, ai, log_radius)
             d_eta = tl.where(mask, d_eta, 0.0)
             d_delta = tl.where(mask, d_delta, 0.0)
+            # both sums in one reduction: one round of CTA barriers per step, not two
+            s_eta, s_delta = tl.reduce((d_eta, d_delta), 0, _add_pair)
             if ATOMIC:
-                tl.atomic_add(g_eta_ptr + tok, tl.sum(d_eta, axis=0))
-                tl.atomic_add(g_delta_ptr + tok, tl.sum(d_delta, axis=0))
+                tl.atomic_add(g_eta_ptr + tok, s_eta)
+                tl.atomic_add(g_delta_ptr + tok, s_delta)
             else:
-                tl.store(g_eta_ptr + tok * n_mblocks + mb, tl.sum(d_eta, axis=0))
-                tl.store(g_delta_ptr + tok * n_mblocks + mb, tl.sum(d_delta, axis=0))
+                tl.store(g_eta_ptr + tok * n_mblocks + mb, s_eta)
+                tl.store(g_delta_ptr + tok * n_mblocks + mb, s_delta)
             acc_nu += d_eta
             acc_delta += d_delta
     if REVERSE:

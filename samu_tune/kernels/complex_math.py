@@ -30,11 +30,17 @@ def transition(nu, cos_theta, sin_theta, eta, delta):
     cos/sin(theta + delta) by angle addition: one cos/sin per token instead of per (token,
     mode).  Returns (ar, ai, log_radius) with log_radius = -nu e^eta (needed by backward).
     """
-    log_radius = -nu * tl.exp(eta)
+    return transition_cs(nu, cos_theta, sin_theta, tl.exp(eta), tl.cos(delta), tl.sin(delta))
+
+
+@triton.jit
+def transition_cs(nu, cos_theta, sin_theta, exp_eta, cos_delta, sin_delta):
+    """:func:`transition` from the token's e^eta, cos delta, sin delta (computed once per
+    token: :mod:`samu_tune.kernels.controls`).  Returns (ar, ai, log_radius)."""
+    log_radius = -nu * exp_eta
     radius = tl.exp(log_radius)
-    cd, sd = tl.cos(delta), tl.sin(delta)
-    return (radius * (cos_theta * cd - sin_theta * sd),
-            radius * (sin_theta * cd + cos_theta * sd), log_radius)
+    return (radius * (cos_theta * cos_delta - sin_theta * sin_delta),
+            radius * (sin_theta * cos_delta + cos_theta * sin_delta), log_radius)
 
 
 @triton.jit

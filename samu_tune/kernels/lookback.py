@@ -38,7 +38,10 @@ LOOP (loop-inner variant): instead of a [CHUNK, BLOCK_M] tile in registers, the 
 its CHUNK * SUB rows one at a time on [BLOCK_M] vectors with a rolled loop, twice: the
 summary composes (P, Q) <- (A P, A Q + u) row by row, the replay runs h = A h + u from the
 carry (reverse: the adjoint and its gradients), re-reading the chunk's inputs (from L2 when
-the chunk is short enough) and recomputing A.  Both walks are the chunk family's
+the chunk is short enough) and recomputing A.  A row's controls (e^eta, cos delta, sin delta,
+resets applied) come from a per-token table computed once by :mod:`samu_tune.kernels.controls`:
+no per-thread exp/cos/sin of the token (libdevice trig has a range-reduction loop, a branch
+the next row's loads cannot be hoisted over).  Both walks are the chunk family's
 (:mod:`samu_tune.kernels.chunk_walk`, same per-row contract as the tile replay: grad b, control
 partials per (token, mode tile), spectrum partials per lane, grad h0 in the chunk holding
 t = 0).  A thread holds a few [BLOCK_M / threads]-vectors whatever the chunk length: few
@@ -201,6 +204,7 @@ def lookback_scan(
     eta_ptr, delta_ptr,          # [B, L] controls (f32 / bf16)
     nu_log_ptr, theta_log_ptr,   # [M] spectrum (f32)
     seg_ptr,                     # [B, L] int segment positions (HAS_RESETS)
+    ctl_ptr,                     # LOOP: [B L, 4] f32 control table (kernels.controls)
     x_r_ptr, x_i_ptr,            # fwd: br, bi          rev: d out        [B, L, M]
     h0_r_ptr, h0_i_ptr,          # [B, M] initial state (HAS_H0)
     y_r_ptr, y_i_ptr,            # fwd: out (written)   rev: out (read as h[t-1])  [B, L, M]
@@ -212,7 +216,7 @@ def lookback_scan(
     B, L, M, n_mtiles, n_chunks, window,
     HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
     DECOUPLED: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, SUB: tl.constexpr,
-    LOOP: tl.constexpr,
+    LOOP: tl.constexpr, M_ALIGN: tl.constexpr = 1,
 ):
     """Grid: (B * n_mtiles * n_chunks,); the program id is ignored in favour of the ticket.
 
@@ -221,8 +225,16 @@ def lookback_scan(
     tiles composing their maps (registers hold one tile), and the replay walks them again
     (the second read of a chunk's inputs is served from L2): SUB times more bytes per program
     and a SUB times shorter look-back chain, for twice the tile scans.  LOOP: the CHUNK * SUB
-    rows are walked one at a time instead (see the module docstring).
+    rows are walked one at a time instead (see the module docstring), their controls read
+    from the control table ``ctl_ptr`` (unused otherwise).
+
+    M_ALIGN (8 or 1): M is a multiple of it.  M is not specialised (one binary for every
+    shape), so without this its alignment is unknown and every row access is a 2-byte
+    load/store with its own address; stated as M = (M // 8) 8 the compiler sees rows of 8
+    aligned elements and vectorises them (16 bytes of bf16; at most two binaries).
     """
+    if M_ALIGN > 1:
+        M = M // M_ALIGN * M_ALIGN
     # relaxed: the ticket only orders work; payloads are ordered by the status atomics
     ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
     per_chunk = B * n_mtiles
@@ -247,8 +259,9 @@ def lookback_scan(
     # 1. the chunk's map from a zero carry: (P, Q) composed over its tiles (or rows)
     if LOOP:
         agg_pr, agg_pi, agg_qr, agg_qi = walk_summary(
-            eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, c, L, M, lane, lane_ok, nu,
-            cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK * SUB, BLOCK_M, 1)
+            ctl_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, c, L, M, lane, lane_ok, nu,
+            cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK * SUB, BLOCK_M, 1, TABLE=True,
+            PREFETCH=True)
     elif SUB == 1:
         pr, pi, qr, qi, t, valid, tok, off, mask = _tile_maps(
             eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, c * CHUNK, L, M, lane,
@@ -324,10 +337,11 @@ def lookback_scan(
         else:
             walk_r_ptr, walk_i_ptr = y_r_ptr, y_i_ptr
         nu_part, delta_part = walk_replay(
-            eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, walk_r_ptr, walk_i_ptr, y_r_ptr,
+            ctl_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, walk_r_ptr, walk_i_ptr, y_r_ptr,
             y_i_ptr, h0_r_ptr, h0_i_ptr, gh0_r_ptr, gh0_i_ptr, p_eta_ptr, p_delta_ptr, carry_r,
             carry_i, b, row_base, c, L, M, n_mtiles, mt, lane, lane_ok, nu, cos_theta, sin_theta,
-            HAS_RESETS, HAS_H0, REVERSE, False, CHUNK * SUB, BLOCK_M, 1)       # [BLOCK_M] each
+            HAS_RESETS, HAS_H0, REVERSE, False, CHUNK * SUB, BLOCK_M, 1,
+            TABLE=True, PREFETCH=True)                                         # [BLOCK_M] each
         theta_part = delta_part * theta
     elif SUB == 1:
         _, _, nu_part, theta_part = _replay(

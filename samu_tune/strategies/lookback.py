@@ -24,7 +24,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from .. import intmath
-from ..kernels import chunk_walk, complex_math, lookback as lookback_kernels, tile
+from ..kernels import chunk_walk, complex_math, controls, lookback as lookback_kernels, tile
 from ..problem import ScanProblem
 from ..registry import Capability, Strategy, register
 from ..tensors import ScanInputs, ScanOutput
@@ -42,10 +42,11 @@ _MAX_TILE_BLOCK_M = 128
 
 # loop-inner configs (``inner="loop"``): rows walked per program and lanes per thread.  A
 # thread holds a few [BLOCK_M]-vectors, whatever the chunk; the lanes per thread set the
-# bytes each thread has in flight per row and amortise the per-row scalar work (exp(eta),
-# cos/sin(delta) are computed by every thread).  ptxas for sm_90 (Triton 3.6, bf16) at 2 / 4
-# / 8 lanes per thread: forward 56 / 90 / 164 registers, backward 62 / 106 / 247, no spills
-# (scripts/results/cpu-ptxas/lookback_loop_registers_sm90_triton36.txt).
+# bytes each thread has in flight per row (a row's controls come from a per-token table, the
+# next row's loads are issued before the current row's math).  ptxas for sm_90 (Triton 3.6,
+# bf16, M a multiple of 8) at 2 / 4 / 8 lanes per thread: forward 48 / 88 / 160 registers,
+# backward 69 / 96 / 185, no spills
+# (scripts/results/cpu-ptxas/lookback_loop_fast_sm90_triton36.txt).
 _LOOP_CHUNKS = (32, 64, 128)
 _LOOP_LANES_PER_THREAD = (2, 4, 8)
 _LOOP_WARPS = (2, 4)
@@ -181,9 +182,30 @@ class LookbackPlan:
                    cfg.window if window is None else window, cfg.sub, cfg.inner == "loop")
 
 
+def control_table(eta: torch.Tensor, delta: torch.Tensor,
+                  seg: Optional[torch.Tensor]) -> torch.Tensor:
+    """The [B L, 4] fp32 per-token controls the loop-inner walk reads
+    (:mod:`samu_tune.kernels.controls`): one tiny launch over the B L tokens."""
+    rows = eta.numel()
+    table = torch.empty(rows, controls.TABLE_COLS.value, dtype=torch.float32,
+                        device=eta.device)
+    block = 1024
+    controls.control_table[(intmath.cdiv(rows, block),)](
+        eta, delta, seg, table, rows, HAS_RESETS=seg is not None, BLOCK=block, num_warps=4)
+    return table
+
+
+def m_align(plan: LookbackPlan, M: int) -> int:
+    """The kernel's M_ALIGN: 8 when M is a multiple of 8 and the plan loops (its row loads
+    and stores then vectorise; the tile path keeps one binary), else 1."""
+    return 8 if plan.loop and M % 8 == 0 else 1
+
+
 def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, delta, nu_log,
             theta_log, seg, x, h0, y, end, gx=(None, None), gh0=(None, None),
-            p_ctl=(None, None), p_spec=(None, None)) -> None:
+            p_ctl=(None, None), p_spec=(None, None), ctl=None) -> None:
+    """One look-back launch; ``ctl``: the loop-inner walk's control table (computed here when
+    the plan loops and none is given)."""
     if plan.window < 1:
         raise ValueError(f"window must be >= 1, got {plan.window}")
     nmt = n_mode_tiles(M, plan.block_m)
@@ -197,13 +219,16 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
                        dtype=torch.int32, device=dev)
     sync = work[:head].zero_()
     carry = work[head:].view(torch.float32)
+    if plan.loop and ctl is None:
+        ctl = control_table(eta, delta, seg)
     lookback_kernels.lookback_scan[(slots,)](
-        sync, carry, eta, delta, nu_log, theta_log, seg, x[0], x[1], h0[0], h0[1], y[0], y[1],
+        sync, carry, eta, delta, nu_log, theta_log, seg, ctl, x[0], x[1], h0[0], h0[1], y[0],
+        y[1],
         end[0], end[1], gx[0], gx[1], gh0[0], gh0[1], p_ctl[0], p_ctl[1], p_spec[0], p_spec[1],
         B, L, M, nmt, nch, plan.window,
         HAS_RESETS=seg is not None, HAS_H0=h0[0] is not None, REVERSE=reverse,
         DECOUPLED=plan.decoupled, CHUNK=plan.chunk, BLOCK_M=plan.block_m, SUB=plan.sub,
-        LOOP=plan.loop, num_warps=plan.num_warps)
+        LOOP=plan.loop, M_ALIGN=m_align(plan, M), num_warps=plan.num_warps)
 
 
 class _LookbackScan(torch.autograd.Function):
@@ -219,17 +244,20 @@ class _LookbackScan(torch.autograd.Function):
         else:
             out_r, out_i = _alloc.empty_like(br), _alloc.empty_like(bi)
         last_r, last_i = _grads.Stacked.empty(B, M, dtype=torch.float32, device=br.device)
+        # the loop walk's control table, reused by backward (B L x 16 bytes)
+        ctl = control_table(eta, delta, seg) if plan.loop else None
         _launch(plan, False, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
-                seg=seg, x=(br, bi), h0=(h0_r, h0_i), y=(out_r, out_i), end=(last_r, last_i))
+                seg=seg, x=(br, bi), h0=(h0_r, h0_i), y=(out_r, out_i), end=(last_r, last_i),
+                ctl=ctl)
         ctx.plan = plan
         ctx.shape = (B, L, M)
         ctx.dtypes = _grads.dtypes(br, bi, h0_r, h0_i)
-        ctx.save_for_backward(seg, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i)
+        ctx.save_for_backward(seg, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i, ctl)
         return out_r, out_i, last_r, last_i
 
     @staticmethod
     def backward(ctx, d_out_r, d_out_i, d_last_r, d_last_i):
-        seg, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i = ctx.saved_tensors
+        seg, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i, ctl = ctx.saved_tensors
         plan: LookbackPlan = ctx.plan
         B, L, M = ctx.shape
         dev = out_r.device
@@ -241,7 +269,7 @@ class _LookbackScan(torch.autograd.Function):
         p_ctl, p_spec = _grads.partials(B, L, n_mode_tiles(M, plan.block_m), (B, nch, M), dev)
         _launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
                 seg=seg, x=d_out, h0=(h0_r, h0_i), y=(out_r, out_i), end=d_last, gx=grad_b,
-                gh0=gh0, p_ctl=p_ctl, p_spec=p_spec)
+                gh0=gh0, p_ctl=p_ctl, p_spec=p_spec, ctl=ctl)
         # over mode tiles / chunks and batch rows
         grads = _grads.sum_partials(p_ctl, p_spec)
         return _grads.input_grads(grads, (eta, delta, nu_log, theta_log), grad_b, gh0,
@@ -257,7 +285,7 @@ def run(inputs: ScanInputs, cfg: LookbackConfig) -> ScanOutput:
     return lookback_scan(inputs, LookbackPlan.of(cfg))
 
 
-KERNEL_MODULES = (lookback_kernels, chunk_walk, complex_math, tile)
+KERNEL_MODULES = (lookback_kernels, chunk_walk, complex_math, controls, tile)
 
 STRATEGY = register(Strategy(
     name="lookback",
