@@ -360,7 +360,9 @@ def test_a_new_shape_does_not_recompile(cfg):
     shapes = [(2, 37, 20), (3, 64, 48), (1, 1, 1), (4, 129, 97), (2, 50, 64)]
     counts = [c[0] for c in binaries_over_shapes(lambda inp: lb.run(inp, cfg),
                                                  [lookback_kernels.lookback_scan], shapes)]
+    # counts are the kernel's binaries in this process (earlier tests' included)
     assert counts[0] >= 2, counts         # forward and reverse
-    # the loop path: one more pair for M a multiple of 8 (M_ALIGN, vectorised rows), no more
-    assert counts[1] == (2 if cfg.inner == "loop" else 1) * counts[0], counts
+    # the loop path: at most one more pair for M a multiple of 8 (M_ALIGN, vectorised rows;
+    # none when an earlier test compiled it), then no more
+    assert counts[1] - counts[0] in ((0, 2) if cfg.inner == "loop" else (0,)), counts
     assert all(c == counts[1] for c in counts[2:]), counts
