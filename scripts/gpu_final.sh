@@ -40,7 +40,7 @@ if on "${T_PROBE:-0}"; then
 fi
 if on "${T_GRID:-200}"; then
   phase grid
-  timeout "${T_GRID:-200}" python3 scripts/bench_scan.py --out "$OUT/grid" --configs 1 \
+  timeout "${T_GRID:-200}" python3 scripts/bench_scan.py --out "$OUT/grid" --configs 1 ${GRID_ARGS:-} \
       --seed default,chunk32 --seed-only-at "1,16384,256;2,65536,128" --accel --rep-ms 60 \
       --ship-bench 2>&1 | grep -v "^  warm" > "$OUT/grid/bench.log"; tail -12 "$OUT/grid/bench.log"
 fi

@@ -224,3 +224,19 @@ def test_a_neighbours_winner_is_timed_first(env, clock):
     # a prior the problem's space does not hold is not timed: "flat" is not among the names
     only_flat = samu_tune.tune(FWD, strategies=["flat"], reps=1)
     assert [c.phase for c in only_flat.candidates] == ["screen"]
+
+
+def test_the_float64_reference_runs_once_per_verification_problem(env, clock, monkeypatch):
+    import samu_tune.tuner as tuner_module
+    calls = []
+    real = tuner_module.expected
+
+    def counting(inputs, problem, **kw):
+        calls.append(problem.key())
+        return real(inputs, problem, **kw)
+    monkeypatch.setattr(tuner_module, "expected", counting)
+    env.add(fake("a", 1.0), fake("b", 2.0), fake("c", 3.0, wrong=True))
+    result = samu_tune.tune(TRAIN, strategies=["a", "b", "c"], reps=1)
+    assert len(result.candidates) == 3 and len(calls) == 1
+    # a wrong candidate is still caught against the shared reference
+    assert _by_name(result)["c"].status == "failed"
