@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 import torch
-import triton.testing
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -45,7 +44,10 @@ def _seed():
 
 
 def _bench(fn, rep_ms):
-    return triton.testing.do_bench(fn, warmup=25, rep=rep_ms, return_mode="median")
+    """GPU time (ms) with the tuner's clock (host launch time excluded; bench_scan.time_call)."""
+    from bench_scan import time_call
+    fn()
+    return time_call(fn, rep_ms)["ms"]
 
 
 def layer_rows(rep_ms):
@@ -67,7 +69,14 @@ def layer_rows(rep_ms):
                                                       br, bi)[:2]
             return torch.relu(torch.cat([hr, hi], dim=-1))
 
-        variants = [("samu_tune.SAMU (unfused, tuned scan)", ours)]
+        fused_layer = samu_tune.SAMU(M, device="cuda", strategy="fused")
+        fused_layer.load_state_dict(layer.state_dict())
+
+        def fused(inp):   # forward without gradients fused; training takes the unfused path
+            return fused_layer(inp)[0]
+
+        variants = [("samu_tune.SAMU (unfused, tuned scan)", ours),
+                    ("samu_tune.SAMU (fused forward)", fused)]
         if seed is not None:
             variants.append(("our controller + seed default scan", seed_layer))
         for name, fn in variants:
@@ -78,6 +87,9 @@ def layer_rows(rep_ms):
                     fn(x)
                 torch.cuda.synchronize()
                 row["first_s"] = time.perf_counter() - t0
+                with torch.no_grad():
+                    row["max_abs_diff_vs_unfused"] = float(
+                        (fn(x).float() - ours(x).float()).abs().max())
                 with torch.no_grad():
                     row["forward_ms"] = _bench(lambda: fn(x), rep_ms)
                 xg = x.detach().requires_grad_(True)

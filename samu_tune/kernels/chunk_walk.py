@@ -21,7 +21,7 @@ arithmetic and stores: one extra row in flight per program, and no shared-memory
 import triton
 import triton.language as tl
 
-from .complex_math import cmul, cmul_conj, transition, transition_cs
+from .complex_math import cmul, cmul_conj, round_like, transition, transition_cs
 from .controls import TABLE_COLS
 from .tile import transition_gradients
 
@@ -83,14 +83,25 @@ def _time(start, r, L, REVERSE: tl.constexpr):
 
 @triton.jit
 def _row_loads(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row, t, M,
-               lane, mask, HAS_RESETS: tl.constexpr, TABLE: tl.constexpr, PREV: tl.constexpr):
+               lane, mask, HAS_RESETS: tl.constexpr, TABLE: tl.constexpr, PREV: tl.constexpr,
+               FUSED: tl.constexpr = False, gamma=None):
     """Everything step t reads, unconverted: x[t] (pair, [BLOCK_M] in the data dtype), the
     raw controls (three scalars) and, PREV, h[t-1] (pair; from row t = 0 itself at t = 0, a
-    valid address whose values the caller replaces by h0 or 0)."""
+    valid address whose values the caller replaces by h0 or 0).
+
+    FUSED (the SAMU layer's fused write): x is the layer input [B, L, 2M] (x_i_ptr = x_r_ptr +
+    M) and the write is x * gamma ([BLOCK_M] fp32), rounded to x's precision as the unfused
+    layer's torch write rounds it (returned in fp32)."""
     tok = row + t
-    off = tok * M + lane
+    if FUSED:
+        off = tok * (2 * M) + lane
+    else:
+        off = tok * M + lane
     xr = tl.load(x_r_ptr + off, mask=mask, other=0.0)
     xi = tl.load(x_i_ptr + off, mask=mask, other=0.0)
+    if FUSED:
+        xr = round_like(xr.to(tl.float32) * gamma, xr.dtype)
+        xi = round_like(xi.to(tl.float32) * gamma, xi.dtype)
     c0, c1, c2 = _controls_at(eta_ptr, delta_ptr, seg_ptr, tok, HAS_RESETS, TABLE)
     if PREV:
         prev = (row + tl.maximum(t - 1, 0)) * M + lane
@@ -117,13 +128,14 @@ def _first_map(eta_ptr, delta_ptr, seg_ptr, row, start, L, nu, cos_theta, sin_th
 def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, lane, mask, nu,
                  cos_theta, sin_theta, HAS_RESETS: tl.constexpr, REVERSE: tl.constexpr,
                  CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, NUM_STAGES: tl.constexpr,
-                 TABLE: tl.constexpr = False, PREFETCH: tl.constexpr = False):
+                 TABLE: tl.constexpr = False, PREFETCH: tl.constexpr = False,
+                 FUSED: tl.constexpr = False, gamma=None):
     """The chunk's map z -> P z + Q: (Pr, Pi, Qr, Qi), [BLOCK_M] each.
 
     TABLE: the controls come from the control table at ``eta_ptr`` (:func:`_controls_at`).
     PREFETCH: step r+1's loads are issued before step r's arithmetic (held in registers one
     step: two rows in flight per program without Triton's pipeliner; see the module
-    docstring)."""
+    docstring).  FUSED, gamma: the layer's fused write (:func:`_row_loads`)."""
     start = c * CHUNK
     n = tl.minimum(CHUNK, L - start)
     pr = tl.full((BLOCK_M,), 1.0, tl.float32)
@@ -136,7 +148,8 @@ def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, la
     if PREFETCH:
         xr_n, xi_n, c0_n, c1_n, c2_n, _hr, _hi = _row_loads(
             eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, x_r_ptr, x_i_ptr, row,
-            _time(start, 0, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, False)
+            _time(start, 0, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, False, FUSED,
+            gamma)
     for r in tl.range(0, n, num_stages=NUM_STAGES):
         if PREFETCH:
             xr, xi, c0, c1, c2 = xr_n, xi_n, c0_n, c1_n, c2_n
@@ -144,11 +157,12 @@ def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, la
             xr_n, xi_n, c0_n, c1_n, c2_n, _hr, _hi = _row_loads(
                 eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, x_r_ptr, x_i_ptr, row,
                 _time(start, tl.minimum(r + 1, n - 1), L, REVERSE), M, lane, mask, HAS_RESETS,
-                TABLE, False)
+                TABLE, False, FUSED, gamma)
         else:
             xr, xi, c0, c1, c2, _hr, _hi = _row_loads(
                 eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, x_r_ptr, x_i_ptr, row,
-                _time(start, r, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, False)
+                _time(start, r, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, False, FUSED,
+                gamma)
         ar, ai, _lr = _transition_of(c0, c1, c2, nu, cos_theta, sin_theta, HAS_RESETS, TABLE)
         if REVERSE:
             tr, ti = nr, -ni
@@ -169,7 +183,7 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
                 HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
                 ATOMIC: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
                 NUM_STAGES: tl.constexpr, TABLE: tl.constexpr = False,
-                PREFETCH: tl.constexpr = False):
+                PREFETCH: tl.constexpr = False, FUSED: tl.constexpr = False, gamma=None):
     """Walk the chunk from the carry-in (sr, si), storing every state into y.
 
     Backward also stores per-token control gradients (summed over the tile's modes) and grad
@@ -177,6 +191,8 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
     multiplies the latter by theta).  Forward returns zeros.  TABLE, PREFETCH: as in
     :func:`walk_summary` (the prefetched loads are issued before the step's stores too, which
     the compiler could not move them above: it cannot tell that y and x do not alias).
+    FUSED (forward only), gamma: x is the layer input (see :func:`_row_loads`) and y the
+    layer output [B, L, 2M] (y_i_ptr = y_r_ptr + M): relu of the state rounded to y's dtype.
     """
     start = c * CHUNK
     n = tl.minimum(CHUNK, L - start)
@@ -195,7 +211,7 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
     if PREFETCH:
         xr_n, xi_n, c0_n, c1_n, c2_n, hr_n, hi_n = _row_loads(
             eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
-            _time(start, 0, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, REVERSE)
+            _time(start, 0, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, REVERSE, FUSED, gamma)
     for r in tl.range(0, n, num_stages=NUM_STAGES):
         t = _time(start, r, L, REVERSE)
         tok = row + t
@@ -206,11 +222,11 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
             xr_n, xi_n, c0_n, c1_n, c2_n, hr_n, hi_n = _row_loads(
                 eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
                 _time(start, tl.minimum(r + 1, n - 1), L, REVERSE), M, lane, mask, HAS_RESETS,
-                TABLE, REVERSE)
+                TABLE, REVERSE, FUSED, gamma)
         else:
             xr, xi, c0, c1, c2, hr, hi = _row_loads(
                 eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row, t, M,
-                lane, mask, HAS_RESETS, TABLE, REVERSE)
+                lane, mask, HAS_RESETS, TABLE, REVERSE, FUSED, gamma)
         ar, ai, log_radius = _transition_of(c0, c1, c2, nu, cos_theta, sin_theta, HAS_RESETS,
                                             TABLE)
         if REVERSE:
@@ -220,8 +236,16 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
             sr, si = cmul(ar, ai, sr, si)               # h[t] = A[t] h[t-1] + b[t]
         sr += xr.to(tl.float32)
         si += xi.to(tl.float32)
-        tl.store(y_r_ptr + off, sr.to(y_r_ptr.dtype.element_ty), mask=mask)
-        tl.store(y_i_ptr + off, si.to(y_i_ptr.dtype.element_ty), mask=mask)
+        if FUSED:
+            yoff = tok * (2 * M) + lane
+            # relu before the cast (the same value: rounding keeps the sign)
+            tl.store(y_r_ptr + yoff, tl.maximum(sr, 0.0).to(y_r_ptr.dtype.element_ty),
+                     mask=mask)
+            tl.store(y_i_ptr + yoff, tl.maximum(si, 0.0).to(y_i_ptr.dtype.element_ty),
+                     mask=mask)
+        else:
+            tl.store(y_r_ptr + off, sr.to(y_r_ptr.dtype.element_ty), mask=mask)
+            tl.store(y_i_ptr + off, si.to(y_i_ptr.dtype.element_ty), mask=mask)
         if REVERSE:
             # h[t-1] from the saved outputs; h0 or 0 at t = 0
             hr = tl.where(t > 0, hr.to(tl.float32), h0r)

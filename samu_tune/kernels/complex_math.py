@@ -53,3 +53,21 @@ def polar(radius, cos_theta, sin_theta, delta):
     cd, sd = tl.cos(delta), tl.sin(delta)
     return (radius * (cos_theta * cd - sin_theta * sd),
             radius * (sin_theta * cd + cos_theta * sd))
+
+
+@triton.jit
+def round_like(w, DTYPE: tl.constexpr):
+    """fp32 ``w`` rounded to DTYPE's precision (round to nearest even), kept in fp32.
+
+    bf16 by integer arithmetic on the bits (the Triton interpreter's fp32 -> bf16 cast does not
+    round to nearest even: half of random values came out one ulp off, so a write rounded in a
+    kernel would not match the same write rounded by torch); fp16 by a cast; fp32 unchanged.
+    Finite values only (the layer's writes)."""
+    if DTYPE == tl.bfloat16:
+        bits = w.to(tl.uint32, bitcast=True)
+        bits = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16 << 16
+        return bits.to(tl.float32, bitcast=True)
+    elif DTYPE == tl.float16:
+        return w.to(tl.float16).to(tl.float32)
+    else:
+        return w

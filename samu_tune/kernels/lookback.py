@@ -205,6 +205,7 @@ def lookback_scan(
     nu_log_ptr, theta_log_ptr,   # [M] spectrum (f32)
     seg_ptr,                     # [B, L] int segment positions (HAS_RESETS)
     ctl_ptr,                     # LOOP: [B L, 4] f32 control table (kernels.controls)
+    gamma_ptr,                   # FUSED: [M] f32 write scale of the SAMU layer
     x_r_ptr, x_i_ptr,            # fwd: br, bi          rev: d out        [B, L, M]
     h0_r_ptr, h0_i_ptr,          # [B, M] initial state (HAS_H0)
     y_r_ptr, y_i_ptr,            # fwd: out (written)   rev: out (read as h[t-1])  [B, L, M]
@@ -216,7 +217,7 @@ def lookback_scan(
     B, L, M, n_mtiles, n_chunks, window,
     HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
     DECOUPLED: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, SUB: tl.constexpr,
-    LOOP: tl.constexpr, M_ALIGN: tl.constexpr = 1,
+    LOOP: tl.constexpr, M_ALIGN: tl.constexpr = 1, FUSED: tl.constexpr = False,
 ):
     """Grid: (B * n_mtiles * n_chunks,); the program id is ignored in favour of the ticket.
 
@@ -232,6 +233,11 @@ def lookback_scan(
     shape), so without this its alignment is unknown and every row access is a 2-byte
     load/store with its own address; stated as M = (M // 8) 8 the compiler sees rows of 8
     aligned elements and vectorises them (16 bytes of bf16; at most two binaries).
+
+    FUSED (forward, LOOP only): the SAMU layer's forward in one pass -- x_r_ptr is the layer
+    input x [B, L, 2M] (row stride 2M; x_i_ptr unused: the imaginary half starts at x + M),
+    the write is x * gamma rounded to x's dtype, and y_r_ptr the output [B, L, 2M] (y_i_ptr
+    unused) receiving relu of the state (the states themselves are not stored).
     """
     if M_ALIGN > 1:
         M = M // M_ALIGN * M_ALIGN
@@ -256,12 +262,21 @@ def lookback_scan(
     state_off = b64 * M + lane                # [BLOCK_M] into [B, M] buffers
     is_last = tl.arange(0, CHUNK) == CHUNK - 1
 
+    if FUSED:
+        gamma = tl.load(gamma_ptr + lane, mask=lane_ok, other=0.0)               # [BLOCK_M]
+        # the halves of x and y [B, L, 2M] (one tensor each: the interpreter copies every
+        # tensor argument, and two overlapping output arguments would overwrite each other)
+        x_i_ptr = x_r_ptr + M
+        y_i_ptr = y_r_ptr + M
+    else:
+        gamma = nu                                                               # unused
+
     # 1. the chunk's map from a zero carry: (P, Q) composed over its tiles (or rows)
     if LOOP:
         agg_pr, agg_pi, agg_qr, agg_qi = walk_summary(
             ctl_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, c, L, M, lane, lane_ok, nu,
             cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK * SUB, BLOCK_M, 1, TABLE=True,
-            PREFETCH=True)
+            PREFETCH=True, FUSED=FUSED, gamma=gamma)
     elif SUB == 1:
         pr, pi, qr, qi, t, valid, tok, off, mask = _tile_maps(
             eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, c * CHUNK, L, M, lane,
@@ -341,7 +356,7 @@ def lookback_scan(
             y_i_ptr, h0_r_ptr, h0_i_ptr, gh0_r_ptr, gh0_i_ptr, p_eta_ptr, p_delta_ptr, carry_r,
             carry_i, b, row_base, c, L, M, n_mtiles, mt, lane, lane_ok, nu, cos_theta, sin_theta,
             HAS_RESETS, HAS_H0, REVERSE, False, CHUNK * SUB, BLOCK_M, 1,
-            TABLE=True, PREFETCH=True)                                         # [BLOCK_M] each
+            TABLE=True, PREFETCH=True, FUSED=FUSED, gamma=gamma)               # [BLOCK_M] each
         theta_part = delta_part * theta
     elif SUB == 1:
         _, _, nu_part, theta_part = _replay(

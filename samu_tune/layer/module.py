@@ -7,11 +7,11 @@ from typing import Literal, Optional
 import torch
 from torch import nn
 
-from . import controller, varlen
+from . import controller, fused, varlen
 from .decode import Decoder
 from .reference import SAMUParams, State
 
-LayerStrategy = Literal["unfused"]
+LayerStrategy = Literal["unfused", "fused"]
 
 
 class SAMU(nn.Module):
@@ -36,8 +36,10 @@ class SAMU(nn.Module):
 
     ``scan_strategy`` is passed to :func:`samu_tune.scan` (``"auto"``, a name, or
     ``(name, config)``); ``decode_strategy`` to :func:`samu_tune.layer.decode.decode_step`.
-    ``strategy`` names the layer path (only ``"unfused"`` today: controller in torch, the scan
-    from the registry, ReLU in torch); fused layer paths are future registry entries.
+    ``strategy`` names the layer path: ``"unfused"`` (controller and write in torch, the scan
+    from the registry, ReLU in torch) or ``"fused"`` (without gradients, the write and the
+    ReLU output inside the look-back scan: x read once, y written once; see
+    :mod:`samu_tune.layer.fused`; with gradients, or where it cannot run, the unfused path).
     """
 
     def __init__(self, modes: int, *, r_min: float = 0.9, r_max: float = 0.999,
@@ -54,8 +56,9 @@ class SAMU(nn.Module):
             raise ValueError(f"need 0 < r_min <= r_max < 1, got r_min={r_min}, r_max={r_max}")
         if not 0.0 < min_phase <= max_phase:
             raise ValueError(f"need 0 < min_phase <= max_phase, got {min_phase}, {max_phase}")
-        if strategy != "unfused":
-            raise ValueError(f"unknown layer strategy {strategy!r}; available: 'unfused'")
+        if strategy not in ("unfused", "fused"):
+            raise ValueError(f"unknown layer strategy {strategy!r}; available: 'unfused', "
+                             "'fused'")
         self.modes = modes
         self.scan_strategy = scan_strategy
         self.decode_strategy = decode_strategy
@@ -110,6 +113,10 @@ class SAMU(nn.Module):
         """
         self._check_x(x, 3, "B, L, 2M")
         params = self.params()
+        if self.strategy == "fused" and cu_seqlens is None:
+            done = fused.forward(x, params, state, segment_pos, self.scan_strategy)
+            if done is not None:
+                return done
         eta, delta = controller.controls(x, params)
         br, bi = controller.writes(x, params)
         out = varlen.scan(eta, delta, self.nu_log, self.theta_log, br, bi,

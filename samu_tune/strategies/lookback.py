@@ -203,9 +203,10 @@ def m_align(plan: LookbackPlan, M: int) -> int:
 
 def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, delta, nu_log,
             theta_log, seg, x, h0, y, end, gx=(None, None), gh0=(None, None),
-            p_ctl=(None, None), p_spec=(None, None), ctl=None) -> None:
+            p_ctl=(None, None), p_spec=(None, None), ctl=None, gamma=None) -> None:
     """One look-back launch; ``ctl``: the loop-inner walk's control table (computed here when
-    the plan loops and none is given)."""
+    the plan loops and none is given); ``gamma``: the SAMU layer's fused forward (x = (layer
+    input, None), y = (layer output, None), both [B, L, 2M]: :func:`fused_layer_forward`)."""
     if plan.window < 1:
         raise ValueError(f"window must be >= 1, got {plan.window}")
     nmt = n_mode_tiles(M, plan.block_m)
@@ -222,13 +223,15 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
     if plan.loop and ctl is None:
         ctl = control_table(eta, delta, seg)
     lookback_kernels.lookback_scan[(slots,)](
-        sync, carry, eta, delta, nu_log, theta_log, seg, ctl, x[0], x[1], h0[0], h0[1], y[0],
+        sync, carry, eta, delta, nu_log, theta_log, seg, ctl, gamma, x[0], x[1], h0[0], h0[1],
+        y[0],
         y[1],
         end[0], end[1], gx[0], gx[1], gh0[0], gh0[1], p_ctl[0], p_ctl[1], p_spec[0], p_spec[1],
         B, L, M, nmt, nch, plan.window,
         HAS_RESETS=seg is not None, HAS_H0=h0[0] is not None, REVERSE=reverse,
         DECOUPLED=plan.decoupled, CHUNK=plan.chunk, BLOCK_M=plan.block_m, SUB=plan.sub,
-        LOOP=plan.loop, M_ALIGN=m_align(plan, M), num_warps=plan.num_warps)
+        LOOP=plan.loop, M_ALIGN=m_align(plan, M), FUSED=gamma is not None,
+        num_warps=plan.num_warps)
 
 
 class _LookbackScan(torch.autograd.Function):
@@ -300,3 +303,30 @@ STRATEGY = register(Strategy(
     priority=11,
     modules=(sys.modules[__name__], *KERNEL_MODULES),
 ))
+
+
+def fused_layer_forward(x: torch.Tensor, gamma: torch.Tensor, eta: torch.Tensor,
+                        delta: torch.Tensor, nu_log: torch.Tensor, theta_log: torch.Tensor,
+                        cfg: LookbackConfig, *, seg: Optional[torch.Tensor] = None,
+                        h0: Optional[tuple[torch.Tensor, torch.Tensor]] = None
+                        ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """The SAMU layer's forward (no gradients) in one look-back pass over its input.
+
+    x: [B, L, 2M] contiguous (bf16 / fp16 / fp32); gamma: [M] fp32 write scale; eta, delta:
+    [B, L]; nu_log, theta_log: [M] fp32; seg: [B, L] int or None; h0: fp32 [B, M] pair or None.
+    The scan's writes are (x[..., :M] + i x[..., M:]) * gamma rounded to x's dtype (as the
+    unfused layer's torch write), and the output is y = relu(cat(Re h, Im h)) in x's dtype:
+    x is read once and y written once, with no [B, L, M] intermediates.  Returns (y, final
+    state).  ``cfg`` must be loop-inner (the tile path has no fused I/O).
+    """
+    if cfg.inner != "loop":
+        raise ValueError(f"the fused layer forward needs a loop-inner config, got {cfg!r}")
+    B, L, width = x.shape
+    M = width // 2
+    y = torch.empty_like(x)
+    last_r, last_i = _grads.Stacked.empty(B, M, dtype=torch.float32, device=x.device)
+    h0_r, h0_i = h0 if h0 is not None else (None, None)
+    _launch(LookbackPlan.of(cfg), False, B, L, M, eta=eta, delta=delta, nu_log=nu_log,
+            theta_log=theta_log, seg=seg, x=(x, None), h0=(h0_r, h0_i), y=(y, None),
+            end=(last_r, last_i), gamma=gamma)
+    return y, (last_r, last_i)

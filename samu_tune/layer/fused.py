@@ -1,0 +1,95 @@
+"""The SAMU layer's fused forward (``SAMU(strategy="fused")``): one look-back pass from x to y.
+
+The unfused layer writes ``br, bi = x[..., :M] gamma, x[..., M:] gamma`` ([B, L, M] each), scans
+them into ``h`` ([B, L, M] pair) and builds ``y = relu(cat(Re h, Im h))``: x read once, four
+[B, L, M] intermediates written and read again.  The fused forward computes the controls in
+torch ([B, L]: a [B L, 2M] x [2M, 2] matmul) and runs the look-back scan's loop-inner kernel
+with the write and the output fused (:func:`samu_tune.strategies.lookback.fused_layer_forward`):
+x is read once and y written once.
+
+It runs when no gradient is needed (``torch.no_grad()``, or nothing requires grad) on CUDA
+tensors (or under ``TRITON_INTERPRET=1``) with x in bf16 / fp16 / fp32, fp32 parameters, no
+``cu_seqlens`` and a loop-inner look-back config for the problem; otherwise :func:`forward`
+returns None and the layer takes the unfused path (same formula: the write is rounded to x's
+dtype in both, so the two agree to the scan's rounding).  The config is dispatch's choice for
+the equivalent scan problem when that is a loop-inner look-back config, else the look-back
+default when that is one, else the loop config of 32-step chunks with the fewest lanes per
+thread (loop configs need M > 64).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from pydantic import BaseModel
+
+from .. import dispatch
+from ..problem import ScanProblem
+from ..settings import settings
+from ..strategies import lookback
+from . import controller
+from .reference import SAMUParams, State, write_gamma
+
+FUSED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _needs_grad(x: torch.Tensor, params: SAMUParams, state: Optional[State]) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    tensors = [x, *params] + list(state or ())
+    return any(t.requires_grad for t in tensors)
+
+
+def config_for(x: torch.Tensor, segment_pos: Optional[torch.Tensor], has_state: bool,
+               scan_strategy="auto") -> Optional[BaseModel]:
+    """The loop-inner look-back config the fused forward runs for ``x`` [B, L, 2M], or None."""
+    B, L, width = x.shape
+    dtype = str(x.dtype).removeprefix("torch.")
+    problem = ScanProblem(B=B, L=L, M=width // 2, dtype=dtype, device=x.device.type,
+                          resets=segment_pos is not None, initial_state=has_state,
+                          final_state=True, backward=False)
+    try:
+        decision = dispatch.choose(problem, scan_strategy, device=x.device, allow_tune=False)
+        if decision.strategy.name == "lookback" and decision.config.inner == "loop":
+            return decision.config
+    except Exception:  # dispatch cannot decide (e.g. nothing eligible): the default below
+        pass
+    cfg = lookback.default(problem)
+    if cfg.inner == "loop" and lookback.valid(problem, cfg):
+        return cfg
+    # narrow M (the default is the tile scan there): the loop config nearest the default's shape
+    loops = [c for c in lookback.STRATEGY.configs(problem) if c.inner == "loop"]
+    return min(loops, key=lambda c: (c.chunk != 32, c.block_m // (32 * c.num_warps), c.block_m),
+               default=None)
+
+
+def forward(x: torch.Tensor, params: SAMUParams, state: Optional[State] = None,
+            segment_pos: Optional[torch.Tensor] = None, scan_strategy="auto"
+            ) -> Optional[tuple[torch.Tensor, State]]:
+    """``(y [B, L, 2M] in x's dtype, final state fp32 [B, M] pair)``, or None when the fused
+    path cannot run this call (see the module docstring)."""
+    if (x.dtype not in FUSED_DTYPES or _needs_grad(x, params, state)
+            or not (x.is_cuda or settings().interpret)
+            or any(p.dtype != torch.float32 for p in params)):
+        return None
+    B, L, width = x.shape
+    if segment_pos is not None and (
+            tuple(segment_pos.shape) != (B, L) or segment_pos.is_floating_point()
+            or segment_pos.dtype == torch.bool or segment_pos.device != x.device):
+        return None       # the unfused path's validation names the problem
+    if state is not None and any(
+            tuple(h.shape) != (B, width // 2) or h.device != x.device for h in state):
+        return None
+    cfg = config_for(x, segment_pos, state is not None, scan_strategy)
+    if cfg is None:
+        return None
+    with torch.no_grad():
+        eta, delta = controller.controls(x, params)
+        gamma = write_gamma(params.nu_log.to(torch.float32)).contiguous()
+        h0 = None
+        if state is not None:
+            h0 = (state[0].to(torch.float32).contiguous(), state[1].to(torch.float32).contiguous())
+        seg = segment_pos.contiguous() if segment_pos is not None else None
+        return lookback.fused_layer_forward(
+            x.contiguous(), gamma, eta.contiguous(), delta.contiguous(),
+            params.nu_log.contiguous(), params.theta_log.contiguous(), cfg, seg=seg, h0=h0)
