@@ -39,12 +39,13 @@ INTS = ("B", "L", "M", "n_mtiles", "n_chunks", "window")
 def ptx(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
         loop: bool = False, dt: str = "bf16") -> str:
     fn = K.lookback_scan
-    data = {"x_r_ptr", "x_i_ptr", "y_r_ptr", "y_i_ptr", "gx_r_ptr", "gx_i_ptr"}
-    # FUSED=1 in the environment: the SAMU layer's fused forward (loop configs, forward)
+    data = {"x_r_ptr", "x_i_ptr", "y_r_ptr", "y_i_ptr", "gx_r_ptr", "gx_i_ptr", "o_ptr", "xw_ptr"}
+    # FUSED=1 in the environment: the SAMU layer fused (loop configs; forward saves h)
     flags = dict(HAS_RESETS=True, HAS_H0=True, REVERSE=reverse, DECOUPLED=True, CHUNK=chunk,
                  BLOCK_M=block_m, SUB=sub, LOOP=loop,
                  M_ALIGN=int(os.environ.get("M_ALIGN", "8" if loop else "1")),
-                 FUSED=bool(os.environ.get("FUSED")) and loop and not reverse)
+                 FUSED=bool(os.environ.get("FUSED")) and loop,
+                 SAVE_H=bool(os.environ.get("FUSED")) and loop and not reverse)
     sig, const, attrs = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in flags:

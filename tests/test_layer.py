@@ -323,15 +323,89 @@ def test_fused_forward_matches_reference_and_unfused(B, L, M, dtype, resets, h0,
     assert bool((y >= 0).all()) and float(y.float().abs().sum()) > 0
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("B,L,M,dtype,resets,h0", [
+    (2, 40, 72, torch.float32, True, True),
+    (1, 37, 67, torch.bfloat16, False, True),
+])
+def test_fused_gradients_match_float64_reference(B, L, M, dtype, resets, h0, device):
+    """The fused layer's backward (relu mask, write derivative, d gamma in the kernel; the
+    controller's backward in torch): every gradient against the float64 layer reference in
+    fp32; in bf16 against the unfused layer (same rounding boundaries: the controller's
+    parameter gradients sum bf16-rounded terms, and the unfused path is itself 6-10% off the
+    float64 reference at this size, so the reference cannot tell a bug from rounding)."""
+    from samu_tune.layer import fused
+    from samu_tune.settings import settings
+    if device == "cpu" and not settings().interpret:
+        pytest.skip("the fused kernel on CPU tensors needs TRITON_INTERPRET=1")
+    layer = _layer(M, strategy="fused").to(device)
+    x, seg, state = _inputs(B, L, M, dtype, resets=resets, h0=h0)
+    x = x.to(device)
+    seg = None if seg is None else seg.to(device)
+    state = None if state is None else tuple(s.to(device) for s in state)
+    assert fused.config_for(x, seg, h0, backward=True) is not None
+    g = torch.Generator().manual_seed(7)
+    upstream = (torch.randn(B, L, 2 * M, generator=g, dtype=torch.float64),
+                torch.randn(B, M, generator=g, dtype=torch.float64),
+                torch.randn(B, M, generator=g, dtype=torch.float64))
+    calls = []
+    real = fused.forward
+
+    def module_fn(x, state, params):
+        return layer(x, state, segment_pos=seg)
+
+    def ref_fn(x, state, params):
+        return layer_reference(x, SAMUParams(*params), initial_state=state, segment_pos=seg)
+
+    def counting(*args, **kw):
+        out = real(*args, **kw)
+        calls.append(out is not None)
+        return out
+    x_got = x.clone().requires_grad_(True)
+    s_got = None if state is None else tuple(s.clone().requires_grad_(True) for s in state)
+    fused.forward = counting
+    try:
+        got = _run(module_fn, x_got, s_got, list(layer.params()), upstream)
+    finally:
+        fused.forward = real
+    assert calls == [True]                                 # the fused path ran, with autograd
+    if dtype == torch.float32:
+        x_ref = x.double().requires_grad_(True)
+        s_ref = None if state is None else tuple(s.double().requires_grad_(True) for s in state)
+        p_ref = [p.detach().double().requires_grad_(True) for p in layer.params()]
+        want = _run(ref_fn, x_ref, s_ref, p_ref, upstream)
+    else:
+        unfused = _layer(M).to(device)
+        x_u = x.clone().requires_grad_(True)
+        s_u = None if state is None else tuple(s.clone().requires_grad_(True) for s in state)
+        want = _run(lambda x, state, params: unfused(x, state, segment_pos=seg), x_u, s_u,
+                    list(unfused.params()), upstream)
+    tol = TOLERANCES[str(dtype).removeprefix("torch.")]
+    failures = []
+    for name, w in want.items():
+        limit = tol.gradient if name.startswith("grad_") else tol.forward
+        if name.startswith("final"):
+            limit = max(limit, TOLERANCES["float32"].forward)
+        assert got[name] is not None or w is None, name
+        reason = check(name, got[name], w, limit)
+        if reason:
+            failures.append(reason)
+    assert not failures, failures
+    for name in PARAM_NAMES:
+        assert float(got["grad_" + name].abs().sum()) > 0, name
+
+
 def test_fused_strategy_falls_back_where_it_cannot_run():
     from samu_tune.layer import fused
+    layer = _layer(8, strategy="fused")
+    x, _, _ = _inputs(1, 40, 8, torch.float32)
+    # M <= 64: no loop-inner config, the unfused path
+    assert fused.config_for(x, None, False) is None
+    assert fused.forward(x, layer.params()) is None
+    y, _ = layer(x)
+    assert y.shape == x.shape
     layer = _layer(72, strategy="fused")
     x, _, _ = _inputs(1, 40, 72, torch.float32)
-    # gradients needed: the unfused path (differentiable)
-    xg = x.clone().requires_grad_(True)
-    assert fused.forward(xg, layer.params()) is None
-    y, _ = layer(xg)
-    assert y.requires_grad
     # a bad segment_pos still gets the unfused path's clear error
     with pytest.raises(ValueError, match="segment_pos"):
         with torch.no_grad():

@@ -110,7 +110,8 @@ def _tile_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr
                  HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
                  ATOMIC: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr):
     """:func:`chunk_replay` by re-scanning the [CHUNK, BLOCK_M] tile: every state is
-    P carry + Q.  Same stores and return as :func:`~samu_tune.kernels.chunk_walk.walk_replay`."""
+    P carry + Q.  Same stores as :func:`~samu_tune.kernels.chunk_walk.walk_replay`, and its
+    first two returns."""
     pr, pi, qr, qi, t, valid, valid2, offs = _scanned_tile(
         eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, lane, mask, nu,
         cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK)
@@ -191,7 +192,7 @@ def chunk_replay(
     cr = tl.load(carry_r_ptr + bc * M + lane, mask=mask, other=0.0)                  # [BLOCK_M]
     ci = tl.load(carry_i_ptr + bc * M + lane, mask=mask, other=0.0)
     if WALK:
-        mode_nu, mode_delta = walk_replay(
+        mode_nu, mode_delta, _ = walk_replay(
             eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr, h_r_ptr, h_i_ptr,
             h0_r_ptr, h0_i_ptr, gh0_r_ptr, gh0_i_ptr, g_eta_ptr, g_delta_ptr, cr, ci, b, row,
             c, L, M, n_mblocks, mb, lane, mask, nu, cos_theta, sin_theta, HAS_RESETS, HAS_H0,

@@ -84,14 +84,15 @@ def _time(start, r, L, REVERSE: tl.constexpr):
 @triton.jit
 def _row_loads(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row, t, M,
                lane, mask, HAS_RESETS: tl.constexpr, TABLE: tl.constexpr, PREV: tl.constexpr,
-               FUSED: tl.constexpr = False, gamma=None):
+               FUSED: tl.constexpr = False, gamma=None, REVERSE: tl.constexpr = False):
     """Everything step t reads, unconverted: x[t] (pair, [BLOCK_M] in the data dtype), the
     raw controls (three scalars) and, PREV, h[t-1] (pair; from row t = 0 itself at t = 0, a
     valid address whose values the caller replaces by h0 or 0).
 
-    FUSED (the SAMU layer's fused write): x is the layer input [B, L, 2M] (x_i_ptr = x_r_ptr +
-    M) and the write is x * gamma ([BLOCK_M] fp32), rounded to x's precision as the unfused
-    layer's torch write rounds it (returned in fp32)."""
+    FUSED (the SAMU layer fused): forward, x is the layer input [B, L, 2M] (x_i_ptr = x_r_ptr
+    + M) and the write is x * gamma ([BLOCK_M] fp32), rounded to x's precision as the unfused
+    layer's torch write rounds it; REVERSE, x is d y [B, L, 2M] and d h[t] = d y where the
+    saved h[t] (at h_r_ptr, h_i_ptr) > 0 (the relu).  Returned in fp32."""
     tok = row + t
     if FUSED:
         off = tok * (2 * M) + lane
@@ -100,8 +101,16 @@ def _row_loads(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, 
     xr = tl.load(x_r_ptr + off, mask=mask, other=0.0)
     xi = tl.load(x_i_ptr + off, mask=mask, other=0.0)
     if FUSED:
-        xr = round_like(xr.to(tl.float32) * gamma, xr.dtype)
-        xi = round_like(xi.to(tl.float32) * gamma, xi.dtype)
+        if REVERSE:
+            # backward: x is d y [B, L, 2M]; through the relu: d h[t] = d y where h[t] > 0
+            at = tok * M + lane
+            htr = tl.load(h_r_ptr + at, mask=mask, other=0.0)
+            hti = tl.load(h_i_ptr + at, mask=mask, other=0.0)
+            xr = tl.where(htr.to(tl.float32) > 0, xr.to(tl.float32), 0.0)
+            xi = tl.where(hti.to(tl.float32) > 0, xi.to(tl.float32), 0.0)
+        else:
+            xr = round_like(xr.to(tl.float32) * gamma, xr.dtype)
+            xi = round_like(xi.to(tl.float32) * gamma, xi.dtype)
     c0, c1, c2 = _controls_at(eta_ptr, delta_ptr, seg_ptr, tok, HAS_RESETS, TABLE)
     if PREV:
         prev = (row + tl.maximum(t - 1, 0)) * M + lane
@@ -129,13 +138,14 @@ def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, la
                  cos_theta, sin_theta, HAS_RESETS: tl.constexpr, REVERSE: tl.constexpr,
                  CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, NUM_STAGES: tl.constexpr,
                  TABLE: tl.constexpr = False, PREFETCH: tl.constexpr = False,
-                 FUSED: tl.constexpr = False, gamma=None):
+                 FUSED: tl.constexpr = False, gamma=None, h_r_ptr=None, h_i_ptr=None):
     """The chunk's map z -> P z + Q: (Pr, Pi, Qr, Qi), [BLOCK_M] each.
 
     TABLE: the controls come from the control table at ``eta_ptr`` (:func:`_controls_at`).
     PREFETCH: step r+1's loads are issued before step r's arithmetic (held in registers one
     step: two rows in flight per program without Triton's pipeliner; see the module
-    docstring).  FUSED, gamma: the layer's fused write (:func:`_row_loads`)."""
+    docstring).  FUSED, gamma: the SAMU layer fused (:func:`_row_loads`; backward reads the
+    relu mask from the saved states at h_r_ptr, h_i_ptr)."""
     start = c * CHUNK
     n = tl.minimum(CHUNK, L - start)
     pr = tl.full((BLOCK_M,), 1.0, tl.float32)
@@ -147,22 +157,22 @@ def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, la
                             sin_theta, HAS_RESETS, TABLE)
     if PREFETCH:
         xr_n, xi_n, c0_n, c1_n, c2_n, _hr, _hi = _row_loads(
-            eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, x_r_ptr, x_i_ptr, row,
+            eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
             _time(start, 0, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, False, FUSED,
-            gamma)
+            gamma, REVERSE)
     for r in tl.range(0, n, num_stages=NUM_STAGES):
         if PREFETCH:
             xr, xi, c0, c1, c2 = xr_n, xi_n, c0_n, c1_n, c2_n
             # the last step reloads itself (in bounds, unused)
             xr_n, xi_n, c0_n, c1_n, c2_n, _hr, _hi = _row_loads(
-                eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, x_r_ptr, x_i_ptr, row,
+                eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
                 _time(start, tl.minimum(r + 1, n - 1), L, REVERSE), M, lane, mask, HAS_RESETS,
-                TABLE, False, FUSED, gamma)
+                TABLE, False, FUSED, gamma, REVERSE)
         else:
             xr, xi, c0, c1, c2, _hr, _hi = _row_loads(
-                eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, x_r_ptr, x_i_ptr, row,
+                eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
                 _time(start, r, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, False, FUSED,
-                gamma)
+                gamma, REVERSE)
         ar, ai, _lr = _transition_of(c0, c1, c2, nu, cos_theta, sin_theta, HAS_RESETS, TABLE)
         if REVERSE:
             tr, ti = nr, -ni
@@ -183,7 +193,8 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
                 HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
                 ATOMIC: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
                 NUM_STAGES: tl.constexpr, TABLE: tl.constexpr = False,
-                PREFETCH: tl.constexpr = False, FUSED: tl.constexpr = False, gamma=None):
+                PREFETCH: tl.constexpr = False, FUSED: tl.constexpr = False, gamma=None,
+                SAVE_H: tl.constexpr = False, xw_ptr=None):
     """Walk the chunk from the carry-in (sr, si), storing every state into y.
 
     Backward also stores per-token control gradients (summed over the tile's modes) and grad
@@ -191,13 +202,17 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
     multiplies the latter by theta).  Forward returns zeros.  TABLE, PREFETCH: as in
     :func:`walk_summary` (the prefetched loads are issued before the step's stores too, which
     the compiler could not move them above: it cannot tell that y and x do not alias).
-    FUSED (forward only), gamma: x is the layer input (see :func:`_row_loads`) and y the
-    layer output [B, L, 2M] (y_i_ptr = y_r_ptr + M): relu of the state rounded to y's dtype.
+    FUSED, gamma: the SAMU layer fused (see :func:`_row_loads`).  Forward: y is the layer
+    output [B, L, 2M] (y_i_ptr = y_r_ptr + M) receiving relu of the state rounded to y's
+    dtype, and SAVE_H also stores the states into h (training).  Backward: y is grad x
+    [B, L, 2M] receiving g * gamma, and the per-mode sum of g . x (x at ``xw_ptr``, the layer
+    input) is returned third: d gamma (zeros otherwise).
     """
     start = c * CHUNK
     n = tl.minimum(CHUNK, L - start)
     acc_nu = tl.zeros((BLOCK_M,), tl.float32)
     acc_delta = tl.zeros((BLOCK_M,), tl.float32)
+    acc_gamma = tl.zeros((BLOCK_M,), tl.float32)
     if REVERSE:
         nr, ni = _first_map(eta_ptr, delta_ptr, seg_ptr, row, start, L, nu, cos_theta,
                             sin_theta, HAS_RESETS, TABLE)
@@ -211,7 +226,8 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
     if PREFETCH:
         xr_n, xi_n, c0_n, c1_n, c2_n, hr_n, hi_n = _row_loads(
             eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
-            _time(start, 0, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, REVERSE, FUSED, gamma)
+            _time(start, 0, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, REVERSE, FUSED, gamma,
+            REVERSE)
     for r in tl.range(0, n, num_stages=NUM_STAGES):
         t = _time(start, r, L, REVERSE)
         tok = row + t
@@ -222,11 +238,11 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
             xr_n, xi_n, c0_n, c1_n, c2_n, hr_n, hi_n = _row_loads(
                 eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
                 _time(start, tl.minimum(r + 1, n - 1), L, REVERSE), M, lane, mask, HAS_RESETS,
-                TABLE, REVERSE, FUSED, gamma)
+                TABLE, REVERSE, FUSED, gamma, REVERSE)
         else:
             xr, xi, c0, c1, c2, hr, hi = _row_loads(
                 eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row, t, M,
-                lane, mask, HAS_RESETS, TABLE, REVERSE, FUSED, gamma)
+                lane, mask, HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE)
         ar, ai, log_radius = _transition_of(c0, c1, c2, nu, cos_theta, sin_theta, HAS_RESETS,
                                             TABLE)
         if REVERSE:
@@ -238,11 +254,22 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
         si += xi.to(tl.float32)
         if FUSED:
             yoff = tok * (2 * M) + lane
-            # relu before the cast (the same value: rounding keeps the sign)
-            tl.store(y_r_ptr + yoff, tl.maximum(sr, 0.0).to(y_r_ptr.dtype.element_ty),
-                     mask=mask)
-            tl.store(y_i_ptr + yoff, tl.maximum(si, 0.0).to(y_i_ptr.dtype.element_ty),
-                     mask=mask)
+            if REVERSE:
+                # grad x = g gamma (the write's derivative), d gamma += g . x
+                tl.store(y_r_ptr + yoff, (sr * gamma).to(y_r_ptr.dtype.element_ty), mask=mask)
+                tl.store(y_i_ptr + yoff, (si * gamma).to(y_i_ptr.dtype.element_ty), mask=mask)
+                xwr = tl.load(xw_ptr + yoff, mask=mask, other=0.0).to(tl.float32)
+                xwi = tl.load(xw_ptr + M + yoff, mask=mask, other=0.0).to(tl.float32)
+                acc_gamma += sr * xwr + si * xwi
+            else:
+                # relu before the cast (the same value: rounding keeps the sign)
+                tl.store(y_r_ptr + yoff, tl.maximum(sr, 0.0).to(y_r_ptr.dtype.element_ty),
+                         mask=mask)
+                tl.store(y_i_ptr + yoff, tl.maximum(si, 0.0).to(y_i_ptr.dtype.element_ty),
+                         mask=mask)
+                if SAVE_H:
+                    tl.store(h_r_ptr + off, sr.to(h_r_ptr.dtype.element_ty), mask=mask)
+                    tl.store(h_i_ptr + off, si.to(h_i_ptr.dtype.element_ty), mask=mask)
         else:
             tl.store(y_r_ptr + off, sr.to(y_r_ptr.dtype.element_ty), mask=mask)
             tl.store(y_i_ptr + off, si.to(y_i_ptr.dtype.element_ty), mask=mask)
@@ -270,4 +297,4 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
                 g0r, g0i = cmul_conj(nr, ni, sr, si)
                 tl.store(gh0_r_ptr + state, g0r, mask=mask)
                 tl.store(gh0_i_ptr + state, g0i, mask=mask)
-    return acc_nu, acc_delta
+    return acc_nu, acc_delta, acc_gamma

@@ -206,6 +206,9 @@ def lookback_scan(
     seg_ptr,                     # [B, L] int segment positions (HAS_RESETS)
     ctl_ptr,                     # LOOP: [B L, 4] f32 control table (kernels.controls)
     gamma_ptr,                   # FUSED: [M] f32 write scale of the SAMU layer
+    o_ptr,                       # FUSED [B, L, 2M]: fwd layer output (written), rev grad x
+    xw_ptr,                      # FUSED rev: the layer input x [B, L, 2M] (read: d gamma)
+    p_gamma_ptr,                 # FUSED rev: partial grad gamma [B, n_chunks, M] f32
     x_r_ptr, x_i_ptr,            # fwd: br, bi          rev: d out        [B, L, M]
     h0_r_ptr, h0_i_ptr,          # [B, M] initial state (HAS_H0)
     y_r_ptr, y_i_ptr,            # fwd: out (written)   rev: out (read as h[t-1])  [B, L, M]
@@ -218,6 +221,7 @@ def lookback_scan(
     HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
     DECOUPLED: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, SUB: tl.constexpr,
     LOOP: tl.constexpr, M_ALIGN: tl.constexpr = 1, FUSED: tl.constexpr = False,
+    SAVE_H: tl.constexpr = False,
 ):
     """Grid: (B * n_mtiles * n_chunks,); the program id is ignored in favour of the ticket.
 
@@ -234,10 +238,13 @@ def lookback_scan(
     load/store with its own address; stated as M = (M // 8) 8 the compiler sees rows of 8
     aligned elements and vectorises them (16 bytes of bf16; at most two binaries).
 
-    FUSED (forward, LOOP only): the SAMU layer's forward in one pass -- x_r_ptr is the layer
-    input x [B, L, 2M] (row stride 2M; x_i_ptr unused: the imaginary half starts at x + M),
-    the write is x * gamma rounded to x's dtype, and y_r_ptr the output [B, L, 2M] (y_i_ptr
-    unused) receiving relu of the state (the states themselves are not stored).
+    FUSED (LOOP only): the SAMU layer in one pass per direction.  x_r_ptr is the layer input
+    x [B, L, 2M] forward, d y backward (x_i_ptr unused: the imaginary half starts at + M);
+    the write is x * gamma rounded to x's dtype; o_ptr receives the layer output
+    relu(cat(Re h, Im h)) forward and grad x = g * gamma backward (both [B, L, 2M]); y_r_ptr /
+    y_i_ptr are the states h [B, L, M] as in the plain scan: written forward when SAVE_H
+    (training), read backward (h[t-1], and the relu mask h[t] > 0); backward also writes the
+    partial d gamma = sum of g . x per (row, chunk, mode).
     """
     if M_ALIGN > 1:
         M = M // M_ALIGN * M_ALIGN
@@ -264,10 +271,9 @@ def lookback_scan(
 
     if FUSED:
         gamma = tl.load(gamma_ptr + lane, mask=lane_ok, other=0.0)               # [BLOCK_M]
-        # the halves of x and y [B, L, 2M] (one tensor each: the interpreter copies every
-        # tensor argument, and two overlapping output arguments would overwrite each other)
+        # the halves of x [B, L, 2M] (one tensor argument per array: the interpreter copies
+        # every tensor argument, and overlapping output arguments would overwrite each other)
         x_i_ptr = x_r_ptr + M
-        y_i_ptr = y_r_ptr + M
     else:
         gamma = nu                                                               # unused
 
@@ -276,7 +282,7 @@ def lookback_scan(
         agg_pr, agg_pi, agg_qr, agg_qi = walk_summary(
             ctl_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, c, L, M, lane, lane_ok, nu,
             cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK * SUB, BLOCK_M, 1, TABLE=True,
-            PREFETCH=True, FUSED=FUSED, gamma=gamma)
+            PREFETCH=True, FUSED=FUSED, gamma=gamma, h_r_ptr=y_r_ptr, h_i_ptr=y_i_ptr)
     elif SUB == 1:
         pr, pi, qr, qi, t, valid, tok, off, mask = _tile_maps(
             eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, c * CHUNK, L, M, lane,
@@ -346,17 +352,21 @@ def lookback_scan(
     # 4. replay: the state after every row (reverse: the gradients)
     last_chunk = c_lanes == n_chunks - 1                                         # [BLOCK_M]
     if LOOP:
-        # forward: the states into y; reverse: grad b into gx, h[t-1] read from the saved y
-        if REVERSE:
+        # forward: the states into y; reverse: grad b into gx, h[t-1] read from the saved y;
+        # fused: the layer output / grad x into o
+        if FUSED:
+            walk_r_ptr, walk_i_ptr = o_ptr, o_ptr + M
+        elif REVERSE:
             walk_r_ptr, walk_i_ptr = gx_r_ptr, gx_i_ptr
         else:
             walk_r_ptr, walk_i_ptr = y_r_ptr, y_i_ptr
-        nu_part, delta_part = walk_replay(
+        nu_part, delta_part, gamma_part = walk_replay(
             ctl_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, walk_r_ptr, walk_i_ptr, y_r_ptr,
             y_i_ptr, h0_r_ptr, h0_i_ptr, gh0_r_ptr, gh0_i_ptr, p_eta_ptr, p_delta_ptr, carry_r,
             carry_i, b, row_base, c, L, M, n_mtiles, mt, lane, lane_ok, nu, cos_theta, sin_theta,
-            HAS_RESETS, HAS_H0, REVERSE, False, CHUNK * SUB, BLOCK_M, 1,
-            TABLE=True, PREFETCH=True, FUSED=FUSED, gamma=gamma)               # [BLOCK_M] each
+            HAS_RESETS, HAS_H0, REVERSE, False, CHUNK * SUB, BLOCK_M, 1, TABLE=True,
+            PREFETCH=True, FUSED=FUSED, gamma=gamma, SAVE_H=SAVE_H,
+            xw_ptr=xw_ptr)                                                     # [BLOCK_M] each
         theta_part = delta_part * theta
     elif SUB == 1:
         _, _, nu_part, theta_part = _replay(
@@ -383,6 +393,8 @@ def lookback_scan(
         spec_off = (b64 * n_chunks + c) * M + lane
         tl.store(p_nu_ptr + spec_off, nu_part, mask=lane_ok)
         tl.store(p_theta_ptr + spec_off, theta_part, mask=lane_ok)
+        if FUSED:
+            tl.store(p_gamma_ptr + spec_off, gamma_part, mask=lane_ok)
     else:
         tl.store(end_r_ptr + state_off, end_r, mask=lane_ok & last_chunk)
         tl.store(end_i_ptr + state_off, end_i, mask=lane_ok & last_chunk)

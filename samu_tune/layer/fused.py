@@ -2,16 +2,19 @@
 
 The unfused layer writes ``br, bi = x[..., :M] gamma, x[..., M:] gamma`` ([B, L, M] each), scans
 them into ``h`` ([B, L, M] pair) and builds ``y = relu(cat(Re h, Im h))``: x read once, four
-[B, L, M] intermediates written and read again.  The fused forward computes the controls in
+[B, L, M] intermediates written and read again.  The fused layer computes the controls in
 torch ([B, L]: a [B L, 2M] x [2M, 2] matmul) and runs the look-back scan's loop-inner kernel
-with the write and the output fused (:func:`samu_tune.strategies.lookback.fused_layer_forward`):
-x is read once and y written once.
+with the write and the output fused (:func:`samu_tune.strategies.lookback.fused_layer`):
+forward reads x once and writes y once.
 
-It runs when no gradient is needed (``torch.no_grad()``, or nothing requires grad) on CUDA
-tensors (or under ``TRITON_INTERPRET=1``) with x in bf16 / fp16 / fp32, fp32 parameters, no
-``cu_seqlens`` and a loop-inner look-back config for the problem; otherwise :func:`forward`
-returns None and the layer takes the unfused path (same formula: the write is rounded to x's
-dtype in both, so the two agree to the scan's rounding).  The config is dispatch's choice for
+Training too: forward then also stores the states h ([B, L, M] pair, as the unfused scan's
+output) and backward reads d y, h and x once and writes grad x (the relu mask, the write's
+derivative and d gamma inside the kernel); the controller's backward stays in torch.
+
+It runs on CUDA tensors (or under ``TRITON_INTERPRET=1``) with x in bf16 / fp16 / fp32, fp32
+parameters, no ``cu_seqlens`` and a loop-inner look-back config for the problem; otherwise
+:func:`forward` returns None and the layer takes the unfused path (same formula: the write is
+rounded to x's dtype in both, so the two agree to the scan's rounding).  The config is dispatch's choice for
 the equivalent scan problem when that is a loop-inner look-back config, else the look-back
 default when that is one, else the loop config of 32-step chunks with the fewest lanes per
 thread (loop configs need M > 64).
@@ -33,21 +36,15 @@ from .reference import SAMUParams, State, write_gamma
 FUSED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
-def _needs_grad(x: torch.Tensor, params: SAMUParams, state: Optional[State]) -> bool:
-    if not torch.is_grad_enabled():
-        return False
-    tensors = [x, *params] + list(state or ())
-    return any(t.requires_grad for t in tensors)
-
-
 def config_for(x: torch.Tensor, segment_pos: Optional[torch.Tensor], has_state: bool,
-               scan_strategy="auto") -> Optional[BaseModel]:
-    """The loop-inner look-back config the fused forward runs for ``x`` [B, L, 2M], or None."""
+               scan_strategy="auto", backward: bool = False) -> Optional[BaseModel]:
+    """The loop-inner look-back config the fused layer runs for ``x`` [B, L, 2M], or None."""
     B, L, width = x.shape
     dtype = str(x.dtype).removeprefix("torch.")
     problem = ScanProblem(B=B, L=L, M=width // 2, dtype=dtype, device=x.device.type,
                           resets=segment_pos is not None, initial_state=has_state,
-                          final_state=True, backward=False)
+                          final_state=True, backward=backward,
+                          deterministic=torch.are_deterministic_algorithms_enabled())
     try:
         decision = dispatch.choose(problem, scan_strategy, device=x.device, allow_tune=False)
         if decision.strategy.name == "lookback" and decision.config.inner == "loop":
@@ -68,8 +65,7 @@ def forward(x: torch.Tensor, params: SAMUParams, state: Optional[State] = None,
             ) -> Optional[tuple[torch.Tensor, State]]:
     """``(y [B, L, 2M] in x's dtype, final state fp32 [B, M] pair)``, or None when the fused
     path cannot run this call (see the module docstring)."""
-    if (x.dtype not in FUSED_DTYPES or _needs_grad(x, params, state)
-            or not (x.is_cuda or settings().interpret)
+    if (x.dtype not in FUSED_DTYPES or not (x.is_cuda or settings().interpret)
             or any(p.dtype != torch.float32 for p in params)):
         return None
     B, L, width = x.shape
@@ -80,16 +76,18 @@ def forward(x: torch.Tensor, params: SAMUParams, state: Optional[State] = None,
     if state is not None and any(
             tuple(h.shape) != (B, width // 2) or h.device != x.device for h in state):
         return None
-    cfg = config_for(x, segment_pos, state is not None, scan_strategy)
+    backward = torch.is_grad_enabled() and any(
+        t.requires_grad for t in (x, *params, *(state or ())))
+    cfg = config_for(x, segment_pos, state is not None, scan_strategy, backward)
     if cfg is None:
         return None
-    with torch.no_grad():
-        eta, delta = controller.controls(x, params)
-        gamma = write_gamma(params.nu_log.to(torch.float32)).contiguous()
-        h0 = None
-        if state is not None:
-            h0 = (state[0].to(torch.float32).contiguous(), state[1].to(torch.float32).contiguous())
-        seg = segment_pos.contiguous() if segment_pos is not None else None
-        return lookback.fused_layer_forward(
-            x.contiguous(), gamma, eta.contiguous(), delta.contiguous(),
-            params.nu_log.contiguous(), params.theta_log.contiguous(), cfg, seg=seg, h0=h0)
+    # the controls and gamma in torch (autograd carries their gradients to the parameters)
+    eta, delta = controller.controls(x, params)
+    gamma = write_gamma(params.nu_log.to(torch.float32)).contiguous()
+    h0 = None
+    if state is not None:
+        h0 = (state[0].to(torch.float32).contiguous(), state[1].to(torch.float32).contiguous())
+    seg = segment_pos.contiguous() if segment_pos is not None else None
+    return lookback.fused_layer(
+        x.contiguous(), gamma, eta.contiguous(), delta.contiguous(),
+        params.nu_log.contiguous(), params.theta_log.contiguous(), cfg, seg=seg, h0=h0)

@@ -37,9 +37,10 @@ class SAMU(nn.Module):
     ``scan_strategy`` is passed to :func:`samu_tune.scan` (``"auto"``, a name, or
     ``(name, config)``); ``decode_strategy`` to :func:`samu_tune.layer.decode.decode_step`.
     ``strategy`` names the layer path: ``"unfused"`` (controller and write in torch, the scan
-    from the registry, ReLU in torch) or ``"fused"`` (without gradients, the write and the
-    ReLU output inside the look-back scan: x read once, y written once; see
-    :mod:`samu_tune.layer.fused`; with gradients, or where it cannot run, the unfused path).
+    from the registry, ReLU in torch) or ``"fused"`` (the write, the ReLU output and their
+    gradients inside the look-back scan's kernels: x read once, y written once, no [B, L, M]
+    write or output intermediates; see :mod:`samu_tune.layer.fused`; where it cannot run,
+    e.g. with ``cu_seqlens``, the unfused path).
     """
 
     def __init__(self, modes: int, *, r_min: float = 0.9, r_max: float = 0.999,

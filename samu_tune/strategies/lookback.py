@@ -203,10 +203,13 @@ def m_align(plan: LookbackPlan, M: int) -> int:
 
 def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, delta, nu_log,
             theta_log, seg, x, h0, y, end, gx=(None, None), gh0=(None, None),
-            p_ctl=(None, None), p_spec=(None, None), ctl=None, gamma=None) -> None:
+            p_ctl=(None, None), p_spec=(None, None), ctl=None, gamma=None, o=None, xw=None,
+            p_gamma=None, save_h=False) -> None:
     """One look-back launch; ``ctl``: the loop-inner walk's control table (computed here when
-    the plan loops and none is given); ``gamma``: the SAMU layer's fused forward (x = (layer
-    input, None), y = (layer output, None), both [B, L, 2M]: :func:`fused_layer_forward`)."""
+    the plan loops and none is given).  ``gamma`` given: the SAMU layer fused (see
+    :class:`_FusedLayer`): x = (x or d y [B, L, 2M], None), o the layer output or grad x
+    [B, L, 2M], y the states (written when ``save_h``), xw the layer input and p_gamma the
+    partial d gamma (backward)."""
     if plan.window < 1:
         raise ValueError(f"window must be >= 1, got {plan.window}")
     nmt = n_mode_tiles(M, plan.block_m)
@@ -223,14 +226,14 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
     if plan.loop and ctl is None:
         ctl = control_table(eta, delta, seg)
     lookback_kernels.lookback_scan[(slots,)](
-        sync, carry, eta, delta, nu_log, theta_log, seg, ctl, gamma, x[0], x[1], h0[0], h0[1],
-        y[0],
+        sync, carry, eta, delta, nu_log, theta_log, seg, ctl, gamma, o, xw, p_gamma, x[0], x[1],
+        h0[0], h0[1], y[0],
         y[1],
         end[0], end[1], gx[0], gx[1], gh0[0], gh0[1], p_ctl[0], p_ctl[1], p_spec[0], p_spec[1],
         B, L, M, nmt, nch, plan.window,
         HAS_RESETS=seg is not None, HAS_H0=h0[0] is not None, REVERSE=reverse,
         DECOUPLED=plan.decoupled, CHUNK=plan.chunk, BLOCK_M=plan.block_m, SUB=plan.sub,
-        LOOP=plan.loop, M_ALIGN=m_align(plan, M), FUSED=gamma is not None,
+        LOOP=plan.loop, M_ALIGN=m_align(plan, M), FUSED=gamma is not None, SAVE_H=save_h,
         num_warps=plan.num_warps)
 
 
@@ -305,28 +308,78 @@ STRATEGY = register(Strategy(
 ))
 
 
-def fused_layer_forward(x: torch.Tensor, gamma: torch.Tensor, eta: torch.Tensor,
-                        delta: torch.Tensor, nu_log: torch.Tensor, theta_log: torch.Tensor,
-                        cfg: LookbackConfig, *, seg: Optional[torch.Tensor] = None,
-                        h0: Optional[tuple[torch.Tensor, torch.Tensor]] = None
-                        ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """The SAMU layer's forward (no gradients) in one look-back pass over its input.
+class _FusedLayer(torch.autograd.Function):
+    """The SAMU layer's scan with the write and the ReLU output fused (loop-inner look-back).
 
-    x: [B, L, 2M] contiguous (bf16 / fp16 / fp32); gamma: [M] fp32 write scale; eta, delta:
-    [B, L]; nu_log, theta_log: [M] fp32; seg: [B, L] int or None; h0: fp32 [B, M] pair or None.
-    The scan's writes are (x[..., :M] + i x[..., M:]) * gamma rounded to x's dtype (as the
-    unfused layer's torch write), and the output is y = relu(cat(Re h, Im h)) in x's dtype:
-    x is read once and y written once, with no [B, L, M] intermediates.  Returns (y, final
-    state).  ``cfg`` must be loop-inner (the tile path has no fused I/O).
+    Inputs: x [B, L, 2M] (bf16 / fp16 / fp32), gamma [M] fp32, eta, delta [B, L], nu_log,
+    theta_log [M], h0 pair fp32 [B, M] or None; outputs y = relu(cat(Re h, Im h)) [B, L, 2M]
+    in x's dtype and the final state (fp32 [B, M] pair), where h is the scan of the writes
+    (x[..., :M] + i x[..., M:]) gamma rounded to x's dtype (as the unfused layer's torch write).
+    Forward reads x once and writes y (and, when a gradient is needed, the states h [B, L, M]
+    pair in x's dtype for backward); backward reads d y, h and x once and writes grad x.
     """
+
+    @staticmethod
+    def forward(ctx, plan: LookbackPlan, seg, eta, delta, nu_log, theta_log, x, gamma, h0_r,
+                h0_i):
+        B, L, width = x.shape
+        M = width // 2
+        y = torch.empty_like(x)
+        last_r, last_i = _grads.Stacked.empty(B, M, dtype=torch.float32, device=x.device)
+        save = not isinstance(ctx, _grads._NoGradContext)
+        h_r, h_i = (_grads.Stacked.empty(B, L, M, dtype=x.dtype, device=x.device) if save
+                    else (None, None))
+        ctl = control_table(eta, delta, seg)
+        _launch(plan, False, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
+                seg=seg, x=(x, None), h0=(h0_r, h0_i), y=(h_r, h_i), end=(last_r, last_i),
+                ctl=ctl, gamma=gamma, o=y, save_h=save)
+        ctx.plan = plan
+        ctx.dtypes = _grads.dtypes(h0_r, h0_i)
+        ctx.save_for_backward(seg, eta, delta, nu_log, theta_log, x, gamma, h0_r, h0_i, h_r,
+                              h_i, ctl)
+        return y, last_r, last_i
+
+    @staticmethod
+    def backward(ctx, d_y, d_last_r, d_last_i):
+        (seg, eta, delta, nu_log, theta_log, x, gamma, h0_r, h0_i, h_r, h_i,
+         ctl) = ctx.saved_tensors
+        plan: LookbackPlan = ctx.plan
+        B, L, width = x.shape
+        M = width // 2
+        dev = x.device
+        d_y = torch.zeros_like(x) if d_y is None else d_y.contiguous()
+        d_last = tuple(torch.zeros(B, M, dtype=torch.float32, device=dev) if d is None
+                       else d.to(torch.float32).contiguous() for d in (d_last_r, d_last_i))
+        grad_x = torch.empty_like(x)
+        gh0 = (_grads.Stacked.empty(B, M, dtype=torch.float32, device=dev)
+               if h0_r is not None else (None, None))
+        nch = n_chunks(L, plan.chunk * plan.sub)
+        p_ctl, p_spec = _grads.partials(B, L, n_mode_tiles(M, plan.block_m), (B, nch, M), dev)
+        p_gamma = torch.empty(B, nch, M, dtype=torch.float32, device=dev)
+        _launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
+                seg=seg, x=(d_y, None), h0=(h0_r, h0_i), y=(h_r, h_i), end=d_last,
+                gh0=gh0, p_ctl=p_ctl, p_spec=p_spec, ctl=ctl, gamma=gamma, o=grad_x, xw=x,
+                p_gamma=p_gamma)
+        grads = _grads.sum_partials(p_ctl, p_spec)
+        return _grads.input_grads(grads, (eta, delta, nu_log, theta_log),
+                                  (grad_x, p_gamma.sum(dim=(0, 1))), gh0, ctx.dtypes)
+
+
+def fused_layer(x: torch.Tensor, gamma: torch.Tensor, eta: torch.Tensor, delta: torch.Tensor,
+                nu_log: torch.Tensor, theta_log: torch.Tensor, cfg: LookbackConfig, *,
+                seg: Optional[torch.Tensor] = None,
+                h0: Optional[tuple[torch.Tensor, torch.Tensor]] = None
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """The SAMU layer's scan with the write and the ReLU output fused (:class:`_FusedLayer`),
+    differentiable in x, gamma, eta, delta, nu_log, theta_log and h0.  All inputs contiguous;
+    ``cfg`` must be loop-inner (the tile path has no fused I/O).  Returns (y, final state)."""
     if cfg.inner != "loop":
-        raise ValueError(f"the fused layer forward needs a loop-inner config, got {cfg!r}")
-    B, L, width = x.shape
-    M = width // 2
-    y = torch.empty_like(x)
-    last_r, last_i = _grads.Stacked.empty(B, M, dtype=torch.float32, device=x.device)
+        raise ValueError(f"the fused SAMU layer needs a loop-inner config, got {cfg!r}")
     h0_r, h0_i = h0 if h0 is not None else (None, None)
-    _launch(LookbackPlan.of(cfg), False, B, L, M, eta=eta, delta=delta, nu_log=nu_log,
-            theta_log=theta_log, seg=seg, x=(x, None), h0=(h0_r, h0_i), y=(y, None),
-            end=(last_r, last_i), gamma=gamma)
+    args = (LookbackPlan.of(cfg), seg, eta, delta, nu_log, theta_log, x, gamma, h0_r, h0_i)
+    tensors = [t for t in args[2:] if isinstance(t, torch.Tensor)]
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        y, last_r, last_i = _FusedLayer.apply(*args)
+    else:
+        y, last_r, last_i = _FusedLayer.forward(_grads._NoGradContext(), *args)
     return y, (last_r, last_i)
