@@ -245,3 +245,32 @@ def test_state_given_falls_back_to_the_entry_tuned_without_state(env):
     d = decode.decision(x, 5, state)
     assert d.strategy.name == "blocked" and d.source == "exact"
     assert d.detail.endswith("(tuned without state)")
+
+
+# ---- samu-tune profile with decode shapes ----------------------------------------------------
+
+def test_profile_accepts_decode_shapes(env, tmp_path, capsys, monkeypatch):
+    from samu_tune.cli import main
+    from samu_tune.cli.shapes import ShapesError, load_shapes
+    _with_builtin_decode(env)
+    monkeypatch.setenv("COLUMNS", "200")
+    f = tmp_path / "shapes.yaml"
+    f.write_text("shapes:\n  - {op: decode, B: [1, 3], M: 5, dtype: float32}\n"
+                 "  - {B: 1, L: 8, M: 4, dtype: float32, mode: forward}\n")
+    problems = [p for e in load_shapes(f).shapes for p in e.problems("cpu")]
+    assert [p.key() for p in problems] == ["decode:B1-M5-f32-h0", "decode:B3-M5-f32-h0",
+                                           "B1-L8-M4-f32-forward"]
+    status = main(["profile", "--shapes", str(f), "--quick", "--json", "--device", "cpu",
+                   "--strategies", "blocked,reference"])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    rows = {r["key"]: r for r in json.loads(out)["results"]}
+    assert rows["decode:B3-M5-f32-h0"]["strategy"] in ("blocked", "reference")
+    assert rows["B1-L8-M4-f32-forward"]["strategy"] == "reference"
+    assert cache.lookup(DecodeProblem(B=3, M=5, dtype="float32", device="cpu")) is not None
+    for bad, msg in (("{op: decode, B: 1, L: 4, M: 5}", "a decode shape has no L"),
+                     ("{op: decode, B: 1, M: 5, mode: train}", "forward only"),
+                     ("{B: 1, M: 5}", "a scan shape needs L")):
+        f.write_text(f"shapes:\n  - {bad}\n")
+        with pytest.raises(ShapesError, match=msg):
+            load_shapes(f)
