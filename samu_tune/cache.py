@@ -55,7 +55,7 @@ from pydantic import BaseModel, ValidationError
 
 from . import registry
 from .device import DeviceInfo, device_info
-from .problem import Problem, op_of_key, problem_from_key
+from .problem import Problem, ScanProblem, op_of_key, problem_from_key  # noqa: F401
 from .settings import settings
 
 if TYPE_CHECKING:
