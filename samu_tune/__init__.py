@@ -11,7 +11,7 @@ from .layer import SAMU, varlen_scan  # noqa: E402
 from .ops import complex_scan, real_scan  # noqa: E402
 from .dispatch import (Decision, Explanation, NoEligibleStrategy, choose, explain,  # noqa: E402
                        resolve, scan)
-from .problem import ScanProblem  # noqa: E402
+from .problem import DecodeProblem, ScanProblem  # noqa: E402
 from .reference import scan_reference  # noqa: E402
 from .registry import Capability, Strategy, all_strategies, eligible, get, register  # noqa: E402
 from .rules import rule_choice  # noqa: E402
@@ -21,7 +21,7 @@ from .tuner import Candidate, TuneEvent, TuneResult, tune  # noqa: E402
 __all__ = [
     "scan", "resolve", "choose", "explain", "Decision", "Explanation", "NoEligibleStrategy",
     "tune", "TuneResult", "TuneEvent", "Candidate", "cache", "rule_choice",
-    "ScanProblem", "scan_reference", "Capability", "Strategy", "all_strategies", "eligible",
+    "ScanProblem", "DecodeProblem", "scan_reference", "Capability", "Strategy", "all_strategies", "eligible",
     "get", "register", "ScanInputs", "ScanOutput", "__version__",
     "SAMU", "real_scan", "complex_scan", "varlen_scan",
 ]

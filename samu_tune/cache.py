@@ -8,6 +8,11 @@ Layout: ``<cache_dir>/<device signature>.json`` (``cache_dir`` is ``SAMU_TUNE_CA
               "device": {...DeviceInfo...}, "written_at": ...},
      "entries": {"<problem key>": {...CacheEntry...}, ...}}
 
+Entries of every op share the file: a scan's key is bare (``B8-L4096-M512-bf16-train``), any
+other op's starts with its name (``decode:B4-M1024-bf16-h0``; see :mod:`samu_tune.problem`),
+and the entry's strategy is looked up among that op's strategies.  An older samu_tune reading
+a file with such entries serves its scan entries and reports the others as not served.
+
 Every entry carries the versions it was measured with and its strategy's ``source_hash``.
 
 Serving rules (:func:`why_not_served`): an entry of the user cache is served only when its
@@ -50,7 +55,7 @@ from pydantic import BaseModel, ValidationError
 
 from . import registry
 from .device import DeviceInfo, device_info
-from .problem import ScanProblem
+from .problem import Problem, ScanProblem, op_of_key, problem_from_key  # noqa: F401
 from .settings import settings
 
 if TYPE_CHECKING:
@@ -95,8 +100,14 @@ class CacheEntry(BaseModel):
     search: Optional[str] = None
     host_ms: Optional[float] = None
 
-    def problem(self, device: str = "cuda") -> ScanProblem:
-        return ScanProblem.from_key(self.key, device=device)
+    @property
+    def op(self) -> str:
+        """The op of the entry's key (``scan`` for a bare key)."""
+        return op_of_key(self.key)
+
+    def problem(self, device: str = "cuda") -> Problem:
+        """The problem of :attr:`key` (of any op)."""
+        return problem_from_key(self.key, device=device)
 
 
 class CacheMeta(BaseModel):
@@ -304,9 +315,10 @@ def why_not_served(entry: CacheEntry, *, shipped: bool = False) -> Optional[str]
                 return (f"measured with {name} {entry.versions.get(name)} "
                         f"(running {running[name]})")
     try:
-        strat = registry.get(entry.strategy)
+        strat = registry.get(entry.strategy, entry.op)
     except ValueError:
-        return f"strategy {entry.strategy!r} is not registered"
+        what = "strategy" if entry.op == "scan" else f"{entry.op} strategy"
+        return f"{what} {entry.strategy!r} is not registered"
     if not shipped and strat.source_hash != entry.source_hash:
         return f"strategy {entry.strategy!r} changed since (source hash {entry.source_hash} " \
                f"!= {strat.source_hash})"
@@ -322,13 +334,14 @@ def why_not_served(entry: CacheEntry, *, shipped: bool = False) -> Optional[str]
 
 @dataclass
 class _Table:
-    """The entries of one file, with a per-feature list for nearest-key search."""
+    """The entries of one file, with a per-feature list of (coords, entry) for nearest-key
+    search (``coords``: the problem's point in log-space, ``problem.coords()``)."""
 
     path: Path
     signature: str
     shipped: bool
     entries: dict[str, CacheEntry] = field(default_factory=dict)
-    by_feature: dict[str, list[tuple[float, float, CacheEntry]]] = field(default_factory=dict)
+    by_feature: dict[str, list[tuple[tuple[float, ...], CacheEntry]]] = field(default_factory=dict)
     stamp: Optional[tuple[int, int]] = None
     checked: float = -math.inf
     generation: int = 0           # unique across tables: see _GENERATIONS
@@ -368,14 +381,13 @@ class _Table:
 
     def _index(self, entries: dict[str, CacheEntry]) -> None:
         self.entries = dict(entries)
-        by_feature: dict[str, list[tuple[float, float, CacheEntry]]] = {}
+        by_feature: dict[str, list[tuple[tuple[float, ...], CacheEntry]]] = {}
         for key, entry in self.entries.items():
             try:
-                p = ScanProblem.from_key(key)
+                p = problem_from_key(key)
             except ValueError:
                 continue
-            by_feature.setdefault(p.feature_key(), []).append(
-                (math.log(p.B * p.M), math.log(p.L), entry))
+            by_feature.setdefault(p.feature_key(), []).append((p.coords(), entry))
         self.by_feature = by_feature
         self.generation = next(_GENERATIONS)
 
@@ -416,7 +428,7 @@ def invalidate() -> None:
 
 # ---- lookups -------------------------------------------------------------------------------
 
-def lookup(problem: ScanProblem, signature: SignatureArg = None, *, shipped: bool = False
+def lookup(problem: Problem, signature: SignatureArg = None, *, shipped: bool = False
            ) -> Optional[CacheEntry]:
     """The served entry for exactly ``problem.key()``, or None."""
     entry = _table(signature, shipped=shipped).entries.get(problem.key())
@@ -425,22 +437,22 @@ def lookup(problem: ScanProblem, signature: SignatureArg = None, *, shipped: boo
     return entry
 
 
-def nearest(problem: ScanProblem, signature: SignatureArg = None, *, shipped: bool = False,
+def nearest(problem: Problem, signature: SignatureArg = None, *, shipped: bool = False,
             include_exact: bool = False) -> list[tuple[float, CacheEntry]]:
     """Served entries with the same features (``problem.feature_key()``), nearest first.
 
-    Distance: Euclidean in (log(B*M), log(L)).  The exact key is left out unless
-    ``include_exact``.
+    Distance: Euclidean in ``problem.coords()`` (the scan: (log(B*M), log(L)); the decode
+    step: (log B, log M)).  The exact key is left out unless ``include_exact``.
     """
     table = _table(signature, shipped=shipped)
-    x, y = math.log(problem.B * problem.M), math.log(problem.L)
+    here = problem.coords()
     key = problem.key()
     out = []
-    for bx, ly, entry in table.by_feature.get(problem.feature_key(), ()):
+    for there, entry in table.by_feature.get(problem.feature_key(), ()):
         if entry.key == key and not include_exact:
             continue
         if why_not_served(entry, shipped=shipped) is None:
-            out.append((math.hypot(bx - x, ly - y), entry))
+            out.append((math.dist(there, here), entry))
     out.sort(key=lambda item: (item[0], item[1].key))
     return out
 
@@ -473,7 +485,7 @@ def entry_from_result(result: "TuneResult") -> CacheEntry:
         time_ms=w.time_ms, margin=result.margin,
         runner_up=None if r is None else RunnerUp(strategy=r.strategy, config=r.config,
                                                    time_ms=r.time_ms),
-        source_hash=registry.get(w.strategy).source_hash,
+        source_hash=registry.get(w.strategy, result.problem.op).source_hash,
         measured_at=result.measured_at or _now_iso(), cpu_wall_time=result.cpu_wall_time,
         versions=dict(versions()), search=result.search, host_ms=w.host_ms)
 

@@ -21,19 +21,23 @@ ranks run the same strategy; like any collective this needs every rank to call `
 the same sequence of problems the first time each is seen (it is memoized afterwards and not
 re-synchronised, even when the cache file changes).  ``scan`` runs outside torch.compile's
 graph (``torch.compiler.disable``: one graph break, eager kernels).
+
+Other ops (the decode step) go through the same :func:`choose` (their problem's ``op`` picks
+their strategies, cache keys and rules; the scan-only "without initial/final state" fallback is
+the op spec's ``relax``) and memo (:func:`decide`), without the distributed broadcast.
 """
 from __future__ import annotations
 
 import logging
 import warnings
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, Callable, Hashable, NamedTuple, Optional, Union
 
 import torch
 from pydantic import BaseModel
 
-from . import cache, registry
+from . import cache, opspec, registry
 from .device import DeviceInfo, device_info
-from .problem import ScanProblem
+from .problem import DecodeProblem, Problem, ScanProblem
 from .registry import Strategy
 from .rules import NoEligibleStrategy, RuleChoice, rule_choice, usable_config
 from .settings import settings
@@ -44,8 +48,8 @@ log = logging.getLogger(__name__)
 
 StrategyArg = Union[str, tuple[str, Union[BaseModel, dict, None]]]
 
-__all__ = ["scan", "resolve", "choose", "explain", "rule_choice", "Decision", "Explanation",
-           "NoEligibleStrategy", "clear_memo", "problem_of", "run"]
+__all__ = ["scan", "resolve", "choose", "decide", "explain", "rule_choice", "Decision",
+           "Explanation", "NoEligibleStrategy", "clear_memo", "problem_of", "run"]
 
 
 class Decision(NamedTuple):
@@ -78,7 +82,7 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def _signature(problem: ScanProblem, device: Optional[torch.device] = None) -> DeviceInfo:
+def _signature(problem: Problem, device: Optional[torch.device] = None) -> DeviceInfo:
     if problem.device == "cuda":
         return device_info(device if device is not None and device.type == "cuda" else "cuda")
     return device_info("cpu")
@@ -93,11 +97,11 @@ def _bad_config(name: str, strat: Strategy, config: Any, exc: Exception) -> Valu
                       f"config fields: {fields}")
 
 
-def _usable(entry: cache.CacheEntry, problem: ScanProblem, dev: DeviceInfo
+def _usable(entry: cache.CacheEntry, problem: Problem, dev: DeviceInfo
             ) -> tuple[Optional[tuple[Strategy, BaseModel]], str]:
     """(strategy, config) of a cached entry if it can run ``problem``, else (None, why)."""
     try:
-        strat = registry.get(entry.strategy)
+        strat = registry.get(entry.strategy, problem.op)
     except ValueError:
         return None, f"strategy {entry.strategy!r} not registered"
     reasons = strat.reasons(problem, dev)
@@ -112,7 +116,7 @@ def _usable(entry: cache.CacheEntry, problem: ScanProblem, dev: DeviceInfo
     return (strat, cfg), ""
 
 
-def _from_tables(problem: ScanProblem, dev: DeviceInfo, trail: list[str], *,
+def _from_tables(problem: Problem, dev: DeviceInfo, trail: list[str], *,
                  exact: bool = True) -> Optional[Decision]:
     """exact -> nearest in the user cache, then exact -> nearest in the shipped table."""
     sig = dev.signature()
@@ -141,12 +145,12 @@ def _from_tables(problem: ScanProblem, dev: DeviceInfo, trail: list[str], *,
     return None
 
 
-def _rule(problem: ScanProblem, dev: DeviceInfo) -> Decision:
+def _rule(problem: Problem, dev: DeviceInfo) -> Decision:
     choice: RuleChoice = rule_choice(problem, dev)
     return Decision(choice.strategy, choice.config, "rule", None, choice.why)
 
 
-def _forced(problem: ScanProblem, strategy: StrategyArg, dev: DeviceInfo) -> Decision:
+def _forced(problem: Problem, strategy: StrategyArg, dev: DeviceInfo) -> Decision:
     if isinstance(strategy, str):
         name, config = strategy, None
     elif isinstance(strategy, (tuple, list)) and len(strategy) == 2:
@@ -154,7 +158,7 @@ def _forced(problem: ScanProblem, strategy: StrategyArg, dev: DeviceInfo) -> Dec
     else:
         raise TypeError(f"strategy must be 'auto', a strategy name or (name, config), "
                         f"got {strategy!r}")
-    strat = registry.get(name)
+    strat = registry.get(name, problem.op)
     reasons = strat.reasons(problem, dev)
     if reasons:
         raise NoEligibleStrategy(f"strategy {name!r} cannot run {problem.key()}: "
@@ -170,7 +174,7 @@ def _forced(problem: ScanProblem, strategy: StrategyArg, dev: DeviceInfo) -> Dec
                                             else "(name, config)"))
 
 
-def _online(problem: ScanProblem, dev: DeviceInfo, device: Optional[torch.device],
+def _online(problem: Problem, dev: DeviceInfo, device: Optional[torch.device],
             trail: list[str]) -> Optional[Decision]:
     from .tuner import tune
     try:
@@ -189,12 +193,12 @@ def _online(problem: ScanProblem, dev: DeviceInfo, device: Optional[torch.device
     except Exception as exc:  # a read-only cache must not stop the run
         warnings.warn(f"samu_tune: could not store the tuned winner: {exc}", stacklevel=4)
     w = result.winner
-    strat = registry.get(w.strategy)
+    strat = registry.get(w.strategy, problem.op)
     return Decision(strat, strat.parse_config(w.config), "online", problem.key(),
                     f"tuned now: {w.time_ms:.4g} ms, {len(result.candidates)} candidates")
 
 
-def choose(problem: ScanProblem, strategy: StrategyArg = "auto", *,
+def choose(problem: Problem, strategy: StrategyArg = "auto", *,
            policy: Optional[str] = None, device: Optional[torch.device] = None,
            allow_tune: bool = True, trail: Optional[list[str]] = None) -> Decision:
     """The (strategy, config) dispatch runs for ``problem``, with where it came from.
@@ -231,37 +235,34 @@ def choose(problem: ScanProblem, strategy: StrategyArg = "auto", *,
                 return decision
     found = _from_tables(problem, dev, trail, exact=policy != "online")
     if found is None:
-        found = _without_state_features(problem, dev, trail)
+        found = _relaxed(problem, dev, trail)
     return found if found is not None else _rule(problem, dev)
 
 
-def _without_state_features(problem: ScanProblem, dev: DeviceInfo,
-                            trail: list[str]) -> Optional[Decision]:
-    """The tables' choice for the same problem without initial / final state.
-
-    Those features add one [B, M] read or write to a [B, L, M] scan, so a winner tuned
-    without them is the best guess with them (e.g. the SAMU layer always asks for the final
-    state; the shipped tables hold plain scans).  The entry must still run ``problem``
-    (capability and config checked against the real problem); resets, mode, dtypes and
-    determinism are never relaxed.
-    """
-    if not (problem.initial_state or problem.final_state):
+def _relaxed(problem: Problem, dev: DeviceInfo, trail: list[str]) -> Optional[Decision]:
+    """The tables' choice for the op spec's relaxed problem (``OpSpec.relax``; the scan: the
+    same problem without initial / final state, see :func:`samu_tune.scan_op.
+    without_state_features`).  The entry must still run ``problem`` (capability and config
+    checked against the real problem)."""
+    relax = opspec.of(problem).relax
+    relaxed = relax(problem) if relax is not None else None
+    if relaxed is None:
         return None
-    plain = problem.model_copy(update={"initial_state": False, "final_state": False})
+    plain, label = relaxed
     sub_trail: list[str] = []
     found = _from_tables(plain, dev, sub_trail)
-    trail += [f"without initial/final state: {t}" for t in sub_trail]
+    trail += [f"{label}: {t}" for t in sub_trail]
     if found is None:
         return None
     strat, cfg = found.strategy, found.config
     if strat.reasons(problem, dev) or (strat.valid is not None and not strat.valid(problem, cfg)):
-        trail.append(f"without initial/final state: {strat.name} cannot run {problem.key()}")
+        trail.append(f"{label}: {strat.name} cannot run {problem.key()}")
         return None
     return Decision(strat, cfg, found.source, found.source_key,
-                    found.detail + " (tuned without initial/final state)")
+                    found.detail + f" (tuned {label})")
 
 
-def resolve(problem: ScanProblem, strategy: StrategyArg = "auto") -> tuple[Strategy, BaseModel]:
+def resolve(problem: Problem, strategy: StrategyArg = "auto") -> tuple[Strategy, BaseModel]:
     """The (strategy, config) that :func:`scan` runs for ``problem`` (this process's choice)."""
     d = choose(problem, strategy)
     return d.strategy, d.config
@@ -292,7 +293,7 @@ def _fast_key(inputs: ScanInputs) -> tuple:
             inputs.output_final_state, torch.are_deterministic_algorithms_enabled())
 
 
-def _broadcast(problem: ScanProblem, strategy: StrategyArg, device: Optional[torch.device]
+def _broadcast(problem: Problem, strategy: StrategyArg, device: Optional[torch.device]
                ) -> Decision:
     """Rank 0 decides, every rank adopts it (a rank whose own problem rank 0's choice cannot
     run keeps its local choice)."""
@@ -317,7 +318,7 @@ def _broadcast(problem: ScanProblem, strategy: StrategyArg, device: Optional[tor
     _, key, name, config, source, source_key, detail = msg
     dev = _signature(problem, device)
     try:
-        strat = registry.get(name)
+        strat = registry.get(name, problem.op)
         cfg = strat.parse_config(config)
         ok = not strat.reasons(problem, dev) and (strat.valid is None or strat.valid(problem, cfg))
     except (ValueError, TypeError):
@@ -330,21 +331,51 @@ def _broadcast(problem: ScanProblem, strategy: StrategyArg, device: Optional[tor
     return choose(problem, strategy, device=device, allow_tune=False)
 
 
+def _memo_hit(memo_key: tuple, s) -> Optional[Decision]:
+    """The memoized decision, unless the settings, registry or cache changed since."""
+    hit = _MEMO.get(memo_key)
+    if hit is not None and hit[0] is s and hit[1] is registry._REGISTRY and (
+            hit[3] is None or hit[3] == cache.generation(hit[2])):
+        return hit[4]
+    return None
+
+
 def _decide(inputs: ScanInputs, strategy: StrategyArg) -> Decision:
     s = settings()
     memo_key = None
     if isinstance(strategy, str):
         memo_key = (_fast_key(inputs), strategy, s.mode, registry.generation())
-        hit = _MEMO.get(memo_key)
-        if hit is not None and hit[0] is s and hit[1] is registry._REGISTRY and (
-                hit[3] is None or hit[3] == cache.generation(hit[2])):
-            return hit[4]
-    problem = problem_of(inputs)
-    device = inputs.br.device
+        hit = _memo_hit(memo_key, s)
+        if hit is not None:
+            return hit
+    return _decide_miss(memo_key, problem_of(inputs), inputs.br.device, strategy, s, True)
+
+
+def decide(call_key: Hashable, problem: Callable[[], Problem], device: Optional[torch.device],
+           strategy: StrategyArg = "auto") -> Decision:
+    """:func:`choose`, memoized like :func:`scan`'s decision, for any op.
+
+    ``call_key``: a hashable tuple of everything ``problem()`` reads from the call (it must
+    differ between ops, e.g. start with the op's name); ``problem()`` builds the problem only
+    on a miss.  Never tunes during CUDA graph capture; no distributed broadcast (each rank
+    chooses locally: the same cache files give the same choice).
+    """
+    s = settings()
+    memo_key = None
+    if isinstance(strategy, str):
+        memo_key = (call_key, strategy, s.mode, registry.generation())
+        hit = _memo_hit(memo_key, s)
+        if hit is not None:
+            return hit
+    return _decide_miss(memo_key, problem(), device, strategy, s, False)
+
+
+def _decide_miss(memo_key: Optional[tuple], problem: Problem, device: Optional[torch.device],
+                 strategy: StrategyArg, s, broadcast: bool) -> Decision:
     capturing = _capturing()
     if capturing:
         decision = choose(problem, strategy, device=device, allow_tune=False)
-    elif _distributed() and strategy == "auto":
+    elif broadcast and _distributed() and strategy == "auto":
         decision = _broadcast(problem, strategy, device)
     else:
         decision = choose(problem, strategy, device=device)
@@ -357,7 +388,7 @@ def _decide(inputs: ScanInputs, strategy: StrategyArg) -> Decision:
             _MEMO.clear()
         sig = _signature(problem, device).signature()
         # a forced or broadcast decision does not depend on the cache file
-        stable = strategy != "auto" or _distributed()
+        stable = strategy != "auto" or (broadcast and _distributed())
         _MEMO[memo_key] = (s, registry._REGISTRY, sig,
                            None if stable else cache.generation(sig), decision)
     return decision
@@ -443,7 +474,7 @@ class Explanation(BaseModel):
     eligibility reasons.
     """
 
-    problem: ScanProblem
+    problem: Union[ScanProblem, DecodeProblem]
     signature: str
     policy: str
     strategy: Optional[str] = None
@@ -478,12 +509,13 @@ class Explanation(BaseModel):
 
 def explain(*args, strategy: StrategyArg = "auto", policy: Optional[str] = None,
             **kwargs) -> Explanation:
-    """Explain dispatch for ``explain(problem)`` or ``explain(<the arguments of scan>)``.
+    """Explain dispatch for ``explain(problem)`` (of any op: a :class:`ScanProblem`, a
+    :class:`DecodeProblem`) or ``explain(<the arguments of scan>)``.
 
     Never tunes (under the online policy a miss says it would tune).  Every registered
     strategy is listed with its eligibility reasons.
     """
-    if len(args) == 1 and not kwargs and isinstance(args[0], ScanProblem):
+    if len(args) == 1 and not kwargs and isinstance(args[0], (ScanProblem, DecodeProblem)):
         problem = args[0]
         device = None
     else:

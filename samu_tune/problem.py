@@ -1,7 +1,20 @@
-"""ScanProblem: what a strategy choice depends on, as a frozen, hashable pydantic model."""
+"""Problems: what a strategy choice depends on, as frozen, hashable pydantic models.
+
+One class per op (:class:`ScanProblem` for the scan, :class:`DecodeProblem` for the decode
+step).  Each carries its op's name in the class variable ``op`` and gives
+
+- ``key()``: the stable cache key (the scan's keys are bare, e.g. ``B8-L4096-M512-bf16-train``;
+  every other op's keys start with ``"<op>:"``, so entries of several ops share one cache file
+  without clashing and an older samu_tune ignores the ones it cannot parse);
+- ``feature_key()``: the key without its sizes (problems that may share a nearest choice);
+- ``coords()``: the point in log-space that the nearest-key search measures distances in.
+
+:func:`problem_from_key` inverts ``key()`` for any op.
+"""
 from __future__ import annotations
 
-from typing import Literal, Optional
+import math
+from typing import ClassVar, Literal, Optional, Union
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -40,6 +53,7 @@ class ScanProblem(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True)
+    op: ClassVar[str] = "scan"
 
     B: int = Field(ge=1)
     L: int = Field(ge=1)
@@ -76,6 +90,10 @@ class ScanProblem(BaseModel):
     def feature_key(self) -> str:
         """The key without B, L and M: problems that may share a nearest-neighbour choice."""
         return self.key().split("-", 3)[3]
+
+    def coords(self) -> tuple[float, float]:
+        """(log(B*M), log(L)): the nearest-key search's space."""
+        return math.log(self.B * self.M), math.log(self.L)
 
     @classmethod
     def from_key(cls, key: str, device: str = "cuda") -> "ScanProblem":
@@ -123,3 +141,79 @@ class ScanProblem(BaseModel):
             final_state=bool(output_final_state),
             deterministic=torch.are_deterministic_algorithms_enabled(),
         )
+
+
+class DecodeProblem(BaseModel):
+    """One SAMU decode step (:func:`samu_tune.layer.decode.decode_step`): x [B, 2M] in
+    ``dtype``, state (h_r, h_i) fp32 [B, M] given (``initial_state``) or zeros.  Forward only:
+    the kernels have no backward (a step needing gradients runs the torch reference).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    op: ClassVar[str] = "decode"
+
+    B: int = Field(ge=1)
+    M: int = Field(ge=1)
+    dtype: DTypeName = "bfloat16"
+    device: Literal["cuda", "cpu"] = "cuda"
+    initial_state: bool = True
+
+    @property
+    def mode(self) -> str:
+        return "forward"
+
+    @property
+    def backward(self) -> bool:
+        return False
+
+    def key(self) -> str:
+        """``decode:B4-M1024-bf16-h0`` (``h0`` when the state is given)."""
+        parts = [f"B{self.B}", f"M{self.M}", SHORT_DTYPE[self.dtype]]
+        if self.initial_state:
+            parts.append("h0")
+        return f"{self.op}:" + "-".join(parts)
+
+    def feature_key(self) -> str:
+        """``decode:bf16[-h0]``: the key without B and M."""
+        rest = self.key().split(":", 1)[1]
+        return f"{self.op}:" + rest.split("-", 2)[2]
+
+    def coords(self) -> tuple[float, float]:
+        """(log B, log M): the nearest-key search's space."""
+        return math.log(self.B), math.log(self.M)
+
+    @classmethod
+    def from_key(cls, key: str, device: str = "cuda") -> "DecodeProblem":
+        """Inverse of :meth:`key`."""
+        try:
+            op, rest = key.split(":", 1)
+            parts = rest.split("-")
+            if op != cls.op or parts[0][0] != "B" or parts[1][0] != "M" \
+                    or any(p != "h0" for p in parts[3:]) or len(parts) > 4:
+                raise ValueError
+            return cls(B=int(parts[0][1:]), M=int(parts[1][1:]), dtype=_LONG_DTYPE[parts[2]],
+                       device=device, initial_state="h0" in parts[3:])
+        except (KeyError, ValueError, IndexError):
+            raise ValueError(f"not a decode problem key: {key!r}") from None
+
+    @property
+    def elements(self) -> int:
+        return self.B * self.M
+
+
+Problem = Union[ScanProblem, DecodeProblem]
+PROBLEM_TYPES: dict[str, type] = {"scan": ScanProblem, "decode": DecodeProblem}
+
+
+def op_of_key(key: str) -> str:
+    """The op a cache key belongs to: the prefix before ``:``, else ``scan``."""
+    head, sep, _ = key.partition(":")
+    return head if sep else "scan"
+
+
+def problem_from_key(key: str, device: str = "cuda") -> Problem:
+    """The problem of any op's ``key()``; ValueError for an unknown op or a malformed key."""
+    op = op_of_key(key)
+    if op not in PROBLEM_TYPES:
+        raise ValueError(f"key {key!r} of unknown op {op!r}; known: {sorted(PROBLEM_TYPES)}")
+    return PROBLEM_TYPES[op].from_key(key, device=device)

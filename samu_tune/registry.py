@@ -2,6 +2,11 @@
 
 A strategy module builds one :class:`Strategy` and calls :func:`register`.  Everything else
 (dispatch, tuner, CLI, the generated tests) reads the registry.
+
+Each strategy serves one op (``Strategy.op``: ``"scan"`` unless set, ``"decode"``, ...);
+:func:`eligible` and :func:`all_strategies` list one op's strategies (``problem.op``), so
+names need only be unique within an op.  The registry key of a scan strategy is its bare name
+(as before ops existed); any other op's is ``"<op>:<name>"`` (:attr:`Strategy.key`).
 """
 from __future__ import annotations
 
@@ -13,16 +18,28 @@ import itertools
 import typing
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
 from .device import DeviceInfo, device_info
-from .problem import ScanProblem
+from .problem import Problem, ScanProblem
 from .tensors import ScanInputs, ScanOutput
 
 ALL_DTYPES = frozenset({"float32", "bfloat16", "float16"})
 CONTROL_DTYPES = frozenset({"float32", "bfloat16"})
+
+
+def device_reasons(problem_device: str, devices: frozenset[str], triton: bool,
+                   device: Optional[DeviceInfo]) -> list[str]:
+    """Why a strategy for ``devices`` (Triton kernels when ``triton``) cannot run on
+    ``problem_device`` ("cuda"/"cpu"); the CPU runs Triton kernels only under the interpreter."""
+    if problem_device == "cpu" and triton and "cpu" not in devices:
+        if device is None or not device.interpret:
+            return ["CPU tensors need TRITON_INTERPRET=1 for Triton kernels"]
+    elif problem_device not in devices:
+        return [f"device {problem_device} not in {sorted(devices)}"]
+    return []
 
 
 class Capability(BaseModel):
@@ -50,11 +67,7 @@ class Capability(BaseModel):
             out.append(f"dtype {problem.dtype} not in {sorted(self.dtypes)}")
         if problem.control_dtype not in self.control_dtypes:
             out.append(f"control dtype {problem.control_dtype} not in {sorted(self.control_dtypes)}")
-        if problem.device == "cpu" and self.triton and "cpu" not in self.devices:
-            if device is None or not device.interpret:
-                out.append("CPU tensors need TRITON_INTERPRET=1 for Triton kernels")
-        elif problem.device not in self.devices:
-            out.append(f"device {problem.device} not in {sorted(self.devices)}")
+        out += device_reasons(problem.device, self.devices, self.triton, device)
         if self.max_modes is not None and problem.M > self.max_modes:
             out.append(f"M={problem.M} > max_modes={self.max_modes}")
         if self.max_length is not None and problem.L > self.max_length:
@@ -107,14 +120,16 @@ def _config_space(model: type[BaseModel]) -> tuple[BaseModel, ...]:
     return tuple(model(**dict(zip(names, combo))) for combo in itertools.product(*choices))
 
 
-RunFn = Callable[[ScanInputs, BaseModel], ScanOutput]
+RunFn = Callable[[Any, BaseModel], Any]  # scan: (ScanInputs, config) -> ScanOutput
 
 
 @dataclass(frozen=True, eq=False)
 class Strategy:
-    """A registered scan strategy.
+    """A registered strategy of one op (``op``: ``"scan"`` by default, ``"decode"``, ...).
 
-    ``run(inputs, cfg)`` executes it with autograd support; ``valid(problem, cfg)`` prunes the
+    ``run(inputs, cfg)`` executes it (the op's inputs and outputs: :class:`ScanInputs` ->
+    :class:`ScanOutput` with autograd support for the scan; see the op's spec in
+    :mod:`samu_tune.opspec`); ``valid(problem, cfg)`` prunes the
     config space; ``default(problem)`` gives the config dispatch uses without tuning;
     ``workspace_bytes(problem, cfg)`` is the extra device memory beyond inputs and outputs;
     ``priority`` orders rule-based choice (higher first); ``modules`` are hashed into
@@ -123,24 +138,30 @@ class Strategy:
 
     name: str
     description: str
-    capability: Capability
+    capability: Any  # Capability for the scan; an op's own model with reasons(problem, device)
     run: RunFn
     config_model: type[BaseModel] = EmptyConfig
-    valid: Optional[Callable[[ScanProblem, BaseModel], bool]] = None
-    default: Optional[Callable[[ScanProblem], BaseModel]] = None
-    workspace_bytes: Callable[[ScanProblem, BaseModel], int] = lambda problem, cfg: 0
+    valid: Optional[Callable[[Problem, BaseModel], bool]] = None
+    default: Optional[Callable[[Problem], BaseModel]] = None
+    workspace_bytes: Callable[[Problem, BaseModel], int] = lambda problem, cfg: 0
     priority: int = 0
     modules: tuple[ModuleType, ...] = ()
+    op: str = "scan"
     _hash: list = field(default_factory=list, repr=False)
 
-    def configs(self, problem: Optional[ScanProblem] = None) -> list[BaseModel]:
+    @property
+    def key(self) -> str:
+        """The registry key: the bare name for the scan, ``"<op>:<name>"`` for other ops."""
+        return qualified(self.name, self.op)
+
+    def configs(self, problem: Optional[Problem] = None) -> list[BaseModel]:
         """The config space, pruned by :attr:`valid` for ``problem`` when given."""
         space = config_space(self.config_model)
         if problem is None or self.valid is None:
             return space
         return [cfg for cfg in space if self.valid(problem, cfg)]
 
-    def default_config(self, problem: ScanProblem) -> BaseModel:
+    def default_config(self, problem: Problem) -> BaseModel:
         if self.default is not None:
             return self.default(problem)
         configs = self.configs(problem)
@@ -148,7 +169,7 @@ class Strategy:
             raise ValueError(f"strategy {self.name!r} has no valid config for {problem.key()}")
         return configs[0]
 
-    def parse_config(self, config: BaseModel | dict | None, problem: Optional[ScanProblem] = None
+    def parse_config(self, config: BaseModel | dict | None, problem: Optional[Problem] = None
                      ) -> BaseModel:
         """A config of this strategy from a model, a dict (e.g. read from JSON) or None."""
         if config is None:
@@ -165,7 +186,7 @@ class Strategy:
                              f"{self.name!r}; fields: {list(self.config_model.model_fields)}")
         return self.config_model(**config)
 
-    def reasons(self, problem: ScanProblem, device: Optional[DeviceInfo] = None) -> list[str]:
+    def reasons(self, problem: Problem, device: Optional[DeviceInfo] = None) -> list[str]:
         out = self.capability.reasons(problem, device)
         if (not out and self.valid is not None
                 and not any(self.valid(problem, cfg) for cfg in _config_space(self.config_model))):
@@ -176,7 +197,7 @@ class Strategy:
     def source_hash(self) -> str:
         """sha256 (16 hex) of the sources of the strategy's modules."""
         if not self._hash:
-            digest = hashlib.sha256(self.name.encode())
+            digest = hashlib.sha256(self.key.encode())
             for module in self.modules:
                 try:
                     digest.update(inspect.getsource(module).encode())
@@ -195,44 +216,66 @@ def generation() -> int:
     return _GENERATION[0]
 
 
+def qualified(name: str, op: str = "scan") -> str:
+    """The registry key of strategy ``name`` of ``op`` (see the module docstring)."""
+    return name if op == "scan" else f"{op}:{name}"
+
+
 def register(strategy: Strategy, *, replace: bool = False) -> Strategy:
-    """Add ``strategy`` to the registry; a second strategy of the same name is an error."""
-    if strategy.name in _REGISTRY and not replace:
-        raise ValueError(f"strategy {strategy.name!r} is already registered")
-    _REGISTRY[strategy.name] = strategy
+    """Add ``strategy`` to the registry; a second strategy of the same op and name is an error."""
+    if strategy.key in _REGISTRY and not replace:
+        raise ValueError(f"{strategy.op} strategy {strategy.name!r} is already registered")
+    _REGISTRY[strategy.key] = strategy
     _GENERATION[0] += 1
     return strategy
 
 
-def unregister(name: str) -> None:
-    _REGISTRY.pop(name, None)
+def unregister(name: str, op: str = "scan") -> None:
+    _REGISTRY.pop(qualified(name, op), None)
     _GENERATION[0] += 1
 
 
+# modules whose import registers the built-in strategies of each op
+BUILTIN_MODULES = ("strategies", "layer.decode_op")
+
+
 def _ensure_builtin() -> None:
-    importlib.import_module(f"{__package__}.strategies")  # registers the built-in strategies
+    for module in BUILTIN_MODULES:
+        importlib.import_module(f"{__package__}.{module}")
 
 
-def get(name: str) -> Strategy:
+def get(name: str, op: str = "scan") -> Strategy:
+    """The registered strategy ``name`` of ``op``; ValueError naming the op's strategies."""
     _ensure_builtin()
     try:
-        return _REGISTRY[name]
+        return _REGISTRY[qualified(name, op)]
     except KeyError:
-        raise ValueError(f"unknown strategy {name!r}; registered: {sorted(_REGISTRY)}") from None
+        known = sorted(s.name for s in _REGISTRY.values() if s.op == op)
+        what = "strategy" if op == "scan" else f"{op} strategy"
+        raise ValueError(f"unknown {what} {name!r}; registered: {known}") from None
 
 
-def all_strategies() -> list[Strategy]:
-    """Registered strategies, highest priority first."""
+def all_strategies(op: str = "scan") -> list[Strategy]:
+    """The registered strategies of ``op``, highest priority first."""
     _ensure_builtin()
-    return sorted(_REGISTRY.values(), key=lambda s: (-s.priority, s.name))
+    return sorted((s for s in _REGISTRY.values() if s.op == op),
+                  key=lambda s: (-s.priority, s.name))
 
 
-def eligible(problem: ScanProblem, device: Optional[DeviceInfo] = None,
+def ops() -> list[str]:
+    """The ops that have registered strategies."""
+    _ensure_builtin()
+    return sorted({s.op for s in _REGISTRY.values()})
+
+
+def eligible(problem: Problem, device: Optional[DeviceInfo] = None,
              names: Optional[Sequence[str]] = None) -> list[tuple[Strategy, list[str]]]:
-    """Every strategy (or those in ``names``) with its reasons; eligible ones have none."""
+    """Every strategy of ``problem.op`` (or those in ``names``) with its reasons; eligible
+    ones have none."""
     if device is None:
         device = device_info("cuda" if problem.device == "cuda" else "cpu")
-    chosen = all_strategies() if names is None else [get(n) for n in names]
+    op = problem.op
+    chosen = all_strategies(op) if names is None else [get(n, op) for n in names]
     return [(s, s.reasons(problem, device)) for s in chosen]
 
 

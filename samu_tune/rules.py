@@ -3,7 +3,8 @@
 :func:`rule_choice` first asks the shape rules in :data:`RULES` (each ``rule(problem,
 eligible) -> (name, why) | None``, first answer wins; GPU measurements are meant to refine
 them), then falls back to the highest-priority eligible strategy (``Strategy.priority``,
-set by each strategy module) with its default config.
+set by each strategy module) with its default config.  Those are the scan's rules; another
+op's are its spec's ``rules`` (:mod:`samu_tune.opspec`; the scan's spec holds :data:`RULES`).
 """
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from typing import Callable, NamedTuple, Optional
 
 from pydantic import BaseModel
 
-from . import registry
+from . import opspec, registry
 from .device import DeviceInfo, device_info
-from .problem import ScanProblem
+from .problem import Problem
 from .registry import Strategy
 
 
@@ -27,14 +28,14 @@ class RuleChoice(NamedTuple):
     why: str
 
 
-Rule = Callable[[ScanProblem, list[Strategy]], Optional[tuple[str, str]]]
+Rule = Callable[[Problem, list[Strategy]], Optional[tuple[str, str]]]
 
 # Shape rules, most specific first.  None yet: the strategies being added set priorities, and
 # rules are added here once GPU measurements show where priority order is wrong.
 RULES: list[Rule] = []
 
 
-def usable_config(strategy: Strategy, problem: ScanProblem) -> Optional[BaseModel]:
+def usable_config(strategy: Strategy, problem: Problem) -> Optional[BaseModel]:
     """The strategy's default config if valid for ``problem``, else its first valid one."""
     try:
         cfg = strategy.default_config(problem)
@@ -46,14 +47,14 @@ def usable_config(strategy: Strategy, problem: ScanProblem) -> Optional[BaseMode
     return configs[0] if configs else None
 
 
-def rule_choice(problem: ScanProblem, device: Optional[DeviceInfo] = None) -> RuleChoice:
+def rule_choice(problem: Problem, device: Optional[DeviceInfo] = None) -> RuleChoice:
     """The rule-based (strategy, config) for ``problem``; raises :class:`NoEligibleStrategy`."""
     if device is None:
         device = device_info("cuda" if problem.device == "cuda" else "cpu")
     pairs = registry.eligible(problem, device)
     ok = [s for s, reasons in pairs if not reasons]
     by_name = {s.name: s for s in ok}
-    for rule in RULES:
+    for rule in opspec.of(problem).rules:
         answer = rule(problem, ok)
         if answer is not None and answer[0] in by_name:
             cfg = usable_config(by_name[answer[0]], problem)

@@ -53,7 +53,8 @@ TimingKind = Literal["cuda-events", "cpu-wall"]
 now: Callable[[], float] = time.perf_counter
 
 
-def timing_kind(problem: ScanProblem) -> TimingKind:
+def timing_kind(problem) -> TimingKind:
+    """``cuda-events`` for a CUDA problem (any op), else ``cpu-wall``."""
     return "cuda-events" if problem.device == "cuda" else "cpu-wall"
 
 
@@ -101,8 +102,36 @@ def input_bytes(problem: ScanProblem) -> int:
     return per_set
 
 
-class Step:
-    """One timed call: forward, or forward + backward of every differentiable input.
+class PoolStep:
+    """What :func:`sample` needs of a timed call, for any op: ``device``, a pool of input sets
+    rotated by :meth:`next_inputs` (consecutive samples read different memory), the record of
+    each timed fn's host times, and ``step(fn, inputs)`` (defined by each op's step)."""
+
+    device: torch.device
+    pools: list
+
+    def __init__(self, device: torch.device | str):
+        self.device = torch.device(device)
+        self.pools = []
+        self._i = 0
+        # host times (ms) of each timed fn, for the busy-wait and host_ms
+        self._host: "weakref.WeakKeyDictionary[Callable, list[float]]" = \
+            weakref.WeakKeyDictionary()
+
+    def host_times(self, fn: Callable) -> list[float]:
+        """The record of ``fn``'s host times on this step (see :func:`gpu_samples`)."""
+        return self._host.setdefault(fn, [])
+
+    def next_inputs(self):
+        self._i = (self._i + 1) % len(self.pools)
+        return self.pools[self._i]
+
+    def __call__(self, fn: Callable, inputs):
+        raise NotImplementedError
+
+
+class Step(PoolStep):
+    """The scan's timed call: forward, or forward + backward of every differentiable input.
 
     Holds a pool of input sets (rotated so consecutive samples read different memory) and,
     in train mode, fixed upstream gradients.
@@ -110,9 +139,8 @@ class Step:
 
     def __init__(self, problem: ScanProblem, device: torch.device | str, *, pool: int = 2,
                  seed: int = 1000):
+        super().__init__(device)
         self.problem = problem
-        self.device = torch.device(device)
-        self.pools: list[ScanInputs] = []
         for i in range(max(1, pool)):
             inputs = fast_random_inputs(problem, seed=seed + i, device=self.device)
             if problem.backward:
@@ -127,18 +155,6 @@ class Step:
                              torch.randn(shape, generator=g, device=self.device).to(dt),
                              torch.randn(problem.B, problem.M, generator=g, device=self.device),
                              torch.randn(problem.B, problem.M, generator=g, device=self.device))
-        self._i = 0
-        # host times (ms) of each timed fn, for the busy-wait and host_ms
-        self._host: "weakref.WeakKeyDictionary[Callable, list[float]]" = \
-            weakref.WeakKeyDictionary()
-
-    def host_times(self, fn: Callable) -> list[float]:
-        """The record of ``fn``'s host times on this step (see :func:`gpu_samples`)."""
-        return self._host.setdefault(fn, [])
-
-    def next_inputs(self) -> ScanInputs:
-        self._i = (self._i + 1) % len(self.pools)
-        return self.pools[self._i]
 
     def __call__(self, fn: Callable[[ScanInputs], ScanOutput], inputs: ScanInputs) -> ScanOutput:
         if not self.problem.backward:
@@ -303,7 +319,7 @@ def gpu_samples(call: Callable[[], object], n: int, gpu: Gpu, host: list[float])
     return out
 
 
-def sample(step: Step, fn: Callable[[ScanInputs], ScanOutput], n: int) -> list[float]:
+def sample(step: PoolStep, fn: Callable, n: int) -> list[float]:
     """``n`` timings (milliseconds) of ``step(fn, fresh inputs)``: GPU time on CUDA (see the
     module docstring), wall time on the CPU."""
     if step.device.type == "cuda":
@@ -318,7 +334,7 @@ def sample(step: Step, fn: Callable[[ScanInputs], ScanOutput], n: int) -> list[f
     return out
 
 
-def host_ms(step: Step, fn: Callable) -> Optional[float]:
+def host_ms(step: PoolStep, fn: Callable) -> Optional[float]:
     """Median host time (ms per call, not synchronised) of ``fn``'s CUDA samples on ``step``;
     None before any (and on the CPU, where the sample is the wall time itself)."""
     times = step.host_times(fn) if step.device.type == "cuda" else []

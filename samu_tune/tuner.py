@@ -39,6 +39,12 @@ Pipeline of :func:`tune`:
    and their final time is the median of those samples; the winner is the fastest and
    ``margin`` is ``runner_up.time_ms / winner.time_ms - 1``.
 
+Ops.  The pipeline is the same for every op (:mod:`samu_tune.opspec`): the problem's op names
+its strategies (``registry.eligible``) and its :class:`~samu_tune.opspec.OpSpec` gives the
+random inputs, the float64 reference and the comparison, the verification problem (the scan's
+is described in 2.; the decode step's keeps B <= 2) and the timed call (the decode step is
+forward only).  ``mode`` and determinism apply to ops whose problem has those fields.
+
 A candidate that fails to compile, runs out of resources or memory, raises, or disagrees with
 the reference is recorded with status ``failed`` and its reason, never wins, and tuning goes on.
 Caveat on CUDA: an illegal memory access poisons the CUDA context, so every later candidate
@@ -49,17 +55,16 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import time
-from typing import Any, Callable, Literal, Optional, Sequence
+from typing import Any, Callable, Literal, Optional, Sequence, Union
 
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from . import registry, timing
+from . import opspec, registry, timing
 from .device import DeviceInfo, device_info
-from .problem import ScanProblem
+from .problem import DecodeProblem, Problem, ScanProblem
 from .registry import Strategy
-from .tensors import ScanInputs
-from .verify import Expected, expected, random_inputs, verify
+from .scan_op import verification_problem  # noqa: F401  (public here since before ops)
 
 Phase = Literal["prior", "screen", "refine", "exhaustive", "retime"]
 Status = Literal["ok", "failed", "skipped"]
@@ -148,7 +153,7 @@ class TuneResult(BaseModel):
     why the search ended early (``budget_s`` / ``max_configs``), None when it ran to the end.
     """
 
-    problem: ScanProblem
+    problem: Union[ScanProblem, DecodeProblem]
     mode: Literal["train", "forward"]
     device: DeviceInfo
     timing: timing.TimingKind
@@ -190,27 +195,6 @@ class TuneResult(BaseModel):
         return "\n".join(lines)
 
 
-def _small_sizes(n: int, keep: int, base: int, mod: int) -> int:
-    return n if n <= keep else base + n % mod
-
-
-def verification_problem(problem: ScanProblem, strategy: Strategy, config: BaseModel,
-                         device: Optional[DeviceInfo] = None) -> ScanProblem:
-    """The problem a candidate is verified on (see the module docstring for the choice)."""
-    B = min(problem.B, 2)
-    L = _small_sizes(problem.L, 320, 256, 64)
-    if problem.M <= 64:
-        M = problem.M
-    else:
-        M = 64 if problem.M % 32 == 0 else 32 + problem.M % 32
-    for b, l, m in ((B, L, M), (B, L, problem.M), (B, problem.L, problem.M)):
-        small = problem.model_copy(update=dict(B=b, L=l, M=m))
-        if not strategy.reasons(small, device) and (
-                strategy.valid is None or strategy.valid(small, config)):
-            return small
-    return problem
-
-
 def _reason(where: str, exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     first = text[0] if text else ""
@@ -226,11 +210,12 @@ def _out_of_memory(exc: BaseException) -> bool:
 class _Search:
     """State of one tune() call: memo of evaluated candidates, budget, progress."""
 
-    def __init__(self, problem: ScanProblem, dev: DeviceInfo, torch_device: torch.device, *,
+    def __init__(self, problem: Problem, dev: DeviceInfo, torch_device: torch.device, *,
                  seed: int, budget_s: Optional[float], max_configs: Optional[int],
                  reps: Optional[int], progress: Optional[ProgressFn],
                  max_workspace_bytes: Optional[int]):
         self.problem, self.dev, self.device = problem, dev, torch_device
+        self.spec = opspec.of(problem)
         self.seed, self.budget_s, self.max_configs, self.reps = seed, budget_s, max_configs, reps
         self.progress = progress
         self.max_workspace_bytes = max_workspace_bytes
@@ -238,8 +223,8 @@ class _Search:
         self.done: dict[tuple[str, str], Candidate] = {}
         self.order: list[Candidate] = []
         self.stopped: Optional[str] = None
-        self._verify_inputs: dict[ScanProblem, tuple[ScanInputs, Expected]] = {}
-        self._step: Optional[timing.Step] = None
+        self._verify_inputs: dict[Problem, tuple[Any, Any]] = {}  # inputs, reference result
+        self._step: Optional[timing.PoolStep] = None
         self._fns: dict[tuple[str, str], Callable] = {}
 
     # -- bookkeeping ------------------------------------------------------------------------
@@ -301,20 +286,21 @@ class _Search:
                                f"{self.max_workspace_bytes / 2**30:.2f} GiB")
                 return cand
 
-        def fn(inputs: ScanInputs):
+        def fn(inputs):
             return strategy.run(inputs, config)
 
         # verification on a small problem against the float64 reference
-        vproblem = verification_problem(problem, strategy, config, self.dev)
+        spec = self.spec
+        vproblem = spec.verification_problem(problem, strategy, config, self.dev)
         cand.verified_on = vproblem.key()
         t = time.monotonic()
         try:
             if vproblem not in self._verify_inputs:
-                inputs = random_inputs(vproblem, seed=self.seed, device=str(self.device))
+                inputs = spec.random_inputs(vproblem, seed=self.seed, device=str(self.device))
                 self._verify_inputs[vproblem] = (
-                    inputs, expected(inputs, vproblem, seed=self.seed))
+                    inputs, spec.expected(inputs, vproblem, seed=self.seed))
             inputs, reference = self._verify_inputs[vproblem]
-            failure = verify(fn, inputs, vproblem, seed=self.seed, reference=reference)
+            failure = spec.verify(fn, inputs, vproblem, seed=self.seed, reference=reference)
         except Exception as exc:  # compile error, out of resources, anything the strategy raises
             failure = _reason("verification raised", exc)
             self._recover(exc)
@@ -331,7 +317,7 @@ class _Search:
             out = step(fn, step.next_inputs())
             timing.sync(self.device)
             cand.warmup_s = time.monotonic() - t
-            if out is not None and not _finite(out):
+            if out is not None and not self.spec.finite(out):
                 cand.reason = f"non-finite output at the real shape {problem.key()}"
                 return cand
             first = timing.sample(step, fn, 1)
@@ -352,14 +338,15 @@ class _Search:
         if self.device.type == "cuda" and _out_of_memory(exc):
             torch.cuda.empty_cache()
 
-    def step(self) -> timing.Step:
+    def step(self) -> timing.PoolStep:
         if self._step is None:
             pool = 2
             if self.device.type == "cuda":
                 free, _ = torch.cuda.mem_get_info(self.device)
-                if 3 * timing.input_bytes(self.problem) > free // 2:
+                if 3 * self.spec.input_bytes(self.problem) > free // 2:
                     pool = 1
-            self._step = timing.Step(self.problem, self.device, pool=pool, seed=self.seed + 1000)
+            self._step = self.spec.make_step(self.problem, self.device, pool=pool,
+                                             seed=self.seed + 1000)
         return self._step
 
     # -- interleaved re-timing ----------------------------------------------------------------
@@ -390,11 +377,6 @@ class _Search:
             self.emit(event="finish", phase="retime", candidate=cand.name,
                       strategy=cand.strategy, config=cand.config, index=i + 1, total=len(top),
                       status=cand.status, time_ms=cand.time_ms, reason=cand.reason)
-
-
-def _finite(out) -> bool:
-    tensors = [out.real, out.imag] + list(out.final_state or ())
-    return all(bool(torch.isfinite(t).all()) for t in tensors)
 
 
 def _coordinate_descent(search: _Search, strategy: Strategy, start: BaseModel,
@@ -444,14 +426,15 @@ def _coordinate_descent(search: _Search, strategy: Strategy, start: BaseModel,
         best = new_best
 
 
-def tune(problem: ScanProblem, mode: Optional[Literal["train", "forward"]] = None, *,
+def tune(problem: Problem, mode: Optional[Literal["train", "forward"]] = None, *,
          strategies: Optional[Sequence[str]] = None, exhaustive: bool = False,
          budget_s: Optional[float] = None, max_configs: Optional[int] = None,
          prior_top: int = 5, refine_top: int = 2, retime_top: int = 3, retime_rounds: Optional[int] = None,
          reps: Optional[int] = None, seed: int = 0, progress: Optional[ProgressFn] = None,
          device: torch.device | str | None = None, max_workspace_bytes: Optional[int] = None,
          save: bool = False) -> TuneResult:
-    """Find the fastest correct (strategy, config) for ``problem``.
+    """Find the fastest correct (strategy, config) for ``problem`` (a :class:`ScanProblem`, a
+    :class:`DecodeProblem`: any op with a spec in :mod:`samu_tune.opspec`).
 
     ``mode`` ("train" = forward + backward, "forward") overrides ``problem.backward`` (the
     result's problem has ``backward == (mode == "train")``).  When torch's deterministic mode
@@ -467,11 +450,17 @@ def tune(problem: ScanProblem, mode: Optional[Literal["train", "forward"]] = Non
     current one) for a CUDA problem.  ``max_workspace_bytes`` skips candidates needing more
     workspace (default on CUDA: half the free memory).  ``save`` stores the winner in the cache.
     """
+    fields = type(problem).model_fields
     if mode is not None:
         if mode not in ("train", "forward"):
             raise ValueError(f"mode must be 'train' or 'forward', got {mode!r}")
-        problem = problem.model_copy(update={"backward": mode == "train"})
-    if torch.are_deterministic_algorithms_enabled() and not problem.deterministic:
+        if "backward" in fields:
+            problem = problem.model_copy(update={"backward": mode == "train"})
+        elif mode != problem.mode:
+            raise ValueError(f"the {problem.op} op is {problem.mode} only; cannot tune it in "
+                             f"mode {mode!r}")
+    if (torch.are_deterministic_algorithms_enabled() and "deterministic" in fields
+            and not problem.deterministic):
         problem = problem.model_copy(update={"deterministic": True})
     if problem.device == "cuda":
         if not torch.cuda.is_available():
@@ -552,7 +541,7 @@ def tune(problem: ScanProblem, mode: Optional[Literal["train", "forward"]] = Non
     return result
 
 
-def _priors(problem: ScanProblem, dev: DeviceInfo, runnable: list[Strategy],
+def _priors(problem: Problem, dev: DeviceInfo, runnable: list[Strategy],
             spaces: dict[str, list[BaseModel]], limit: int) -> list[tuple[Strategy, BaseModel]]:
     """Up to ``limit`` distinct (strategy, config) winners of the nearest tuned problems with
     the same features (the exact key included: re-tuning starts from the old winner), from the
@@ -602,7 +591,7 @@ def _best_per_strategy(search: _Search, runnable: list[Strategy]
     return [(s, c) for _, s, c in sorted(best.values(), key=lambda item: item[0])]
 
 
-def _default_first(strategy: Strategy, space: list[BaseModel], problem: ScanProblem
+def _default_first(strategy: Strategy, space: list[BaseModel], problem: Problem
                    ) -> list[BaseModel]:
     """The config space with the strategy's default (when valid) first."""
     try:

@@ -4,6 +4,8 @@ A scan is memory-bound: per (b, t, m) the forward reads br, bi and writes out_r,
 arrays of [B, L, M] in the writes' dtype); forward + backward moves about 10 such arrays
 (DESIGN.md §5).  :func:`fraction` relates a measured time to the time a plain device-to-device
 copy needs for those bytes (:func:`samu_tune.timing.copy_bandwidth` measures that copy).
+A decode step (forward, ``elements`` = B*M) reads x and writes y, [B, 2M] each: the same 4
+arrays of B*M (its fp32 state read and write are not counted).
 """
 from __future__ import annotations
 

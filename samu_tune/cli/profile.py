@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from .. import cache, registry, timing
 from ..device import DeviceInfo, device_info
-from ..problem import ScanProblem
+from ..problem import Problem
 from ..rules import NoEligibleStrategy, rule_choice
 from ..settings import settings
 from ..tuner import TuneResult, candidate_name, config_json, tune
@@ -72,7 +72,8 @@ def _strategies(text: Optional[str]) -> Optional[list[str]]:
     if not text:
         return None
     names = [n.strip() for n in text.split(",") if n.strip()]
-    known = [s.name for s in registry.all_strategies()]
+    known = list(dict.fromkeys(s.name for op in registry.ops()
+                               for s in registry.all_strategies(op)))
     unknown = [n for n in names if n not in known]
     if unknown:
         raise CLIError(f"--strategies: unknown strategy {', '.join(map(repr, unknown))}; "
@@ -88,7 +89,15 @@ def _device(want: str) -> str:
     return "cpu"
 
 
-def _problems(shapes, device: str, mode: Optional[str]) -> list[ScanProblem]:
+def _for_op(names: Optional[list[str]], op: str) -> Optional[list[str]]:
+    """The names of ``--strategies`` that ``op`` has (all of its strategies when none)."""
+    if names is None:
+        return None
+    mine = {s.name for s in registry.all_strategies(op)}
+    return [n for n in names if n in mine] or None
+
+
+def _problems(shapes, device: str, mode: Optional[str]) -> list[Problem]:
     seen, out = set(), []
     for entry in shapes.shapes:
         for p in entry.problems(device, mode):
@@ -98,7 +107,7 @@ def _problems(shapes, device: str, mode: Optional[str]) -> list[ScanProblem]:
     return out
 
 
-def _rule(problem: ScanProblem, dev: DeviceInfo):
+def _rule(problem: Problem, dev: DeviceInfo):
     try:
         return rule_choice(problem, dev)
     except NoEligibleStrategy:
@@ -136,7 +145,7 @@ def row_from_result(result: TuneResult, dev: DeviceInfo, bw: Optional[float]) ->
     return row
 
 
-def row_from_cache(problem: ScanProblem, entry: cache.CacheEntry, dev: DeviceInfo,
+def row_from_cache(problem: Problem, entry: cache.CacheEntry, dev: DeviceInfo,
                    bw: Optional[float]) -> ProfileRow:
     row = ProfileRow(key=problem.key(), mode=problem.mode, problem=problem.model_dump(mode="json"),
                      source="cached", winner=candidate_name(entry.strategy, entry.config),
@@ -207,7 +216,8 @@ def run(args: argparse.Namespace) -> int:
             if entry is not None:
                 row = row_from_cache(problem, entry, dev, bw)
             else:
-                result = tune(problem, strategies=names, budget_s=args.budget,
+                result = tune(problem, strategies=_for_op(names, problem.op),
+                              budget_s=args.budget,
                               max_configs=max_configs, reps=reps,
                               retime_rounds=reps, progress=progress.event)
                 if result.winner is not None:

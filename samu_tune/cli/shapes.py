@@ -4,20 +4,25 @@
 shapes:                       # or the list at top level
   - {B: 8, L: [4096, 8192], M: 512, dtype: bfloat16, mode: both}
   - {B: 1, L: 16384, M: 256, resets: true, initial_state: true, final_state: true}
+  - {op: decode, B: [1, 8, 64], M: 1024, dtype: bfloat16}     # SAMU.step, state given
 ```
 B, L, M are a number or a list (the entry is their product); dtype is the writes' dtype,
-control_dtype the controls'; mode is forward, train or both.
+control_dtype the controls'; mode is forward, train or both.  ``op: decode`` entries are decode
+steps (:class:`samu_tune.problem.DecodeProblem`): no L, forward only (mode both means forward),
+``initial_state`` (default true) says whether a state is passed; the scan-only fields
+(control_dtype, resets, final_state) are refused.
 """
 from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Literal, Union
+from typing import Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
 
-from ..problem import ScanProblem, dtype_name
+from ..problem import DecodeProblem, Problem, ScanProblem, dtype_name
 
 Sizes = Union[int, list[int]]
 
@@ -29,19 +34,35 @@ class ShapesError(ValueError):
 class ShapeEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    op: Literal["scan", "decode"] = "scan"
     B: Sizes
-    L: Sizes
+    L: Optional[Sizes] = None
     M: Sizes
     dtype: str = "bfloat16"
     control_dtype: str = "float32"
     mode: Literal["forward", "train", "both"] = "both"
     resets: bool = False
-    initial_state: bool = False
+    initial_state: Optional[bool] = None   # scan: False; decode: True
     final_state: bool = False
+
+    @model_validator(mode="after")
+    def _fields_of_the_op(self) -> "ShapeEntry":
+        if self.op == "scan" and self.L is None:
+            raise ValueError("a scan shape needs L")
+        if self.op == "decode":
+            given = self.model_fields_set
+            extra = [f for f in ("L", "control_dtype", "resets", "final_state") if f in given]
+            if extra:
+                raise ValueError(f"a decode shape has no {', '.join(extra)}")
+            if self.mode == "train":
+                raise ValueError("a decode shape is forward only (mode forward or both)")
+        return self
 
     @field_validator("B", "L", "M")
     @classmethod
-    def _positive(cls, v: Sizes) -> list[int]:
+    def _positive(cls, v: Optional[Sizes]) -> Optional[list[int]]:
+        if v is None:
+            return None
         values = v if isinstance(v, list) else [v]
         if not values:
             raise ValueError("must not be an empty list")
@@ -58,12 +79,22 @@ class ShapeEntry(BaseModel):
         except TypeError as exc:
             raise ValueError(str(exc)) from None
 
-    def problems(self, device: str, mode: str | None = None) -> list[ScanProblem]:
+    def problems(self, device: str, mode: str | None = None) -> list[Problem]:
+        """The entry's problems; ``mode`` (the CLI's --mode) overrides the entry's, and a
+        decode entry yields nothing in train mode."""
         mode = mode or self.mode
         modes = ["forward", "train"] if mode == "both" else [mode]
+        if self.op == "decode":
+            if "forward" not in modes:
+                return []
+            state = True if self.initial_state is None else self.initial_state
+            return [DecodeProblem(B=b, M=m, dtype=self.dtype, device=device,
+                                  initial_state=state)
+                    for b, m in itertools.product(self.B, self.M)]
         return [ScanProblem(B=b, L=l, M=m, dtype=self.dtype, control_dtype=self.control_dtype,
                             device=device, backward=(md == "train"), resets=self.resets,
-                            initial_state=self.initial_state, final_state=self.final_state)
+                            initial_state=bool(self.initial_state),
+                            final_state=self.final_state)
                 for md, b, l, m in itertools.product(modes, self.B, self.L, self.M)]
 
 

@@ -8,9 +8,14 @@ Strategies (all compute :func:`samu_tune.layer.reference.step_reference`):
   recomputes the row's controller, so small B still spreads over many SMs.
 - ``reference``: torch (any device, float64, differentiable).
 
-``"auto"`` takes ``reference`` on a plain CPU, for float64, or when gradients are needed;
-otherwise ``blocked`` for ``B < BLOCKED_BELOW_B`` rows (and more than one mode tile), else
-``single``.  This rule is a placeholder until decode is tuned like the scan.
+They are registered strategies of the ``decode`` op (:mod:`samu_tune.layer.decode_op`), tuned
+by ``samu_tune.tune(DecodeProblem(B, M, dtype, device, initial_state))``.  ``"auto"`` takes
+``reference`` when gradients are needed or the parameters are float64; otherwise it resolves
+through :func:`samu_tune.dispatch.choose` like the scan: the exact tuned key in the cache, the
+nearest tuned key in log-space of (B, M), the same two in the shipped table, the same without
+the state, then the rule (``reference`` where the kernels cannot run -- a plain CPU, float64
+x --, else ``blocked`` for ``B < BLOCKED_BELOW_B`` rows and more than one mode tile, else
+``single``).
 
 Decode is host-bound (the kernel runs for a few microseconds), so the per-step host path is
 kept short (issue 7): a :class:`Decoder` (one per :class:`samu_tune.SAMU`) keeps
@@ -20,7 +25,9 @@ kept short (issue 7): a :class:`Decoder` (one per :class:`samu_tune.SAMU`) keeps
   version counter changes (:class:`ConstantsCache`);
 - the resolved strategy, config and grid per (B, dtype, device, state given), so a step does
   cheap checks, at most three allocations (none with ``out=``/``state_out=``) and one launch
-  of a kernel with nine runtime arguments.
+  of a kernel with nine runtime arguments.  The cache is read once per plan (memoized per
+  process across Decoders, :func:`samu_tune.dispatch.decide`); a Decoder's plans do not
+  follow later cache writes (``SAMU.invalidate_decode_cache()`` re-resolves them).
 """
 from __future__ import annotations
 
@@ -31,8 +38,9 @@ from typing import Literal, NamedTuple, Optional, Union
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from .. import intmath
+from .. import dispatch, intmath
 from ..kernels import decode as kernels
+from ..problem import DecodeProblem, dtype_name
 from ..settings import settings
 from ..strategies._alloc import empty
 from .controller import unit_directions
@@ -43,7 +51,8 @@ BLOCKED_BELOW_B = 32
 
 
 class DecodeConfig(BaseModel):
-    """Launch choices of the decode kernels (the config space of a future tuner)."""
+    """Launch choices of the decode kernels (the tuner's config space, pruned by
+    :func:`samu_tune.layer.decode_op.valid`)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -72,14 +81,31 @@ def _needs_grad(x: torch.Tensor, params: SAMUParams, state: Optional[State]) -> 
         state is not None and any(t.requires_grad for t in state))
 
 
-def choose(x: torch.Tensor, params: SAMUParams, state: Optional[State] = None) -> DecodeName:
-    """The strategy ``"auto"`` runs (see the module docstring)."""
-    if (not kernels_available(x) or _needs_grad(x, params, state)
-            or x.dtype == torch.float64 or any(p.dtype == torch.float64 for p in params)):
-        return "reference"
-    B, M = x.shape[0], params.modes
+def rule_name(B: int, M: int) -> DecodeName:
+    """The kernel the rule picks: ``blocked`` below ``BLOCKED_BELOW_B`` rows when M spans
+    more than one mode tile of the blocked default config, else ``single``."""
     tiles = intmath.cdiv(M, default_config("blocked", M).block_m)
     return "blocked" if B < BLOCKED_BELOW_B and tiles > 1 else "single"
+
+
+def problem_of(x: torch.Tensor, M: int, state: Optional[State]) -> DecodeProblem:
+    """The :class:`DecodeProblem` of a step on x [B, 2M] (the state given or not)."""
+    return DecodeProblem(B=x.shape[0], M=M, dtype=dtype_name(x.dtype),
+                         device="cuda" if x.is_cuda else "cpu", initial_state=state is not None)
+
+
+def decision(x: torch.Tensor, M: int, state: Optional[State]) -> "dispatch.Decision":
+    """What ``"auto"`` runs for a step on x (no gradients, fp32 parameters): memoized
+    :func:`samu_tune.dispatch.choose` of its :class:`DecodeProblem`."""
+    key = ("decode", x.shape[0], M, x.dtype, x.device, state is not None)
+    return dispatch.decide(key, lambda: problem_of(x, M, state), x.device)
+
+
+def choose(x: torch.Tensor, params: SAMUParams, state: Optional[State] = None) -> DecodeName:
+    """The strategy ``"auto"`` runs (see the module docstring)."""
+    if _needs_grad(x, params, state) or any(p.dtype == torch.float64 for p in params):
+        return "reference"
+    return decision(x, params.modes, state).strategy.name
 
 
 def _check_params(params: SAMUParams) -> None:
@@ -179,7 +205,11 @@ def _plan(strategy: StrategyArg, x: torch.Tensor, params: SAMUParams,
     name, config = (strategy, None) if isinstance(strategy, str) else strategy
     B, M = x.shape[0], params.modes
     if name == "auto":
-        name = "reference" if float64 else choose(x, params, state)
+        if float64:
+            name = "reference"
+        else:
+            d = decision(x, M, state)
+            name, config = d.strategy.name, d.config
     if name == "reference":
         return _Plan("reference", M, (0, 0), 0, {})
     if name not in ("single", "blocked"):
@@ -193,9 +223,16 @@ def _plan(strategy: StrategyArg, x: torch.Tensor, params: SAMUParams,
         cfg = config
     else:
         cfg = DecodeConfig(**config)
+    return launch_plan(name, cfg, B, M, state is not None)
+
+
+@functools.lru_cache(maxsize=1024)
+def launch_plan(name: str, cfg: DecodeConfig, B: int, M: int, has_state: bool) -> _Plan:
+    """Grid and launch arguments of kernel ``name`` (single / blocked) at ``cfg``: grid
+    (programs, B), one program per row (single) or per BLOCK_M mode tile (blocked)."""
     tiles = intmath.cdiv(M, cfg.block_m)
     per_program = tiles if name == "single" else 1
-    meta = dict(HAS_STATE=state is not None, BLOCK_D=cfg.block_d, BLOCK_M=cfg.block_m,
+    meta = dict(HAS_STATE=has_state, BLOCK_D=cfg.block_d, BLOCK_M=cfg.block_m,
                 num_warps=cfg.num_warps)
     return _Plan(name, M, (intmath.cdiv(tiles, per_program), B), per_program, meta)
 
