@@ -227,14 +227,16 @@ def test_a_neighbours_winner_is_timed_first(env, clock):
 
 
 def test_the_float64_reference_runs_once_per_verification_problem(env, clock, monkeypatch):
-    import samu_tune.tuner as tuner_module
+    import dataclasses
+
+    from samu_tune import opspec
     calls = []
-    real = tuner_module.expected
+    spec = opspec.get("scan")
 
     def counting(inputs, problem, **kw):
         calls.append(problem.key())
-        return real(inputs, problem, **kw)
-    monkeypatch.setattr(tuner_module, "expected", counting)
+        return spec.expected(inputs, problem, **kw)
+    monkeypatch.setitem(opspec._SPECS, "scan", dataclasses.replace(spec, expected=counting))
     env.add(fake("a", 1.0), fake("b", 2.0), fake("c", 3.0, wrong=True))
     result = samu_tune.tune(TRAIN, strategies=["a", "b", "c"], reps=1)
     assert len(result.candidates) == 3 and len(calls) == 1

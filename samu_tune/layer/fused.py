@@ -14,10 +14,10 @@ derivative and d gamma inside the kernel); the controller's backward stays in to
 It runs on CUDA tensors (or under ``TRITON_INTERPRET=1``) with x in bf16 / fp16 / fp32, fp32
 parameters, no ``cu_seqlens`` and a loop-inner look-back config for the problem; otherwise
 :func:`forward` returns None and the layer takes the unfused path (same formula: the write is
-rounded to x's dtype in both, so the two agree to the scan's rounding).  The config is dispatch's choice for
-the equivalent scan problem when that is a loop-inner look-back config, else the look-back
-default when that is one, else the loop config of 32-step chunks with the fewest lanes per
-thread (loop configs need M > 64).
+rounded to x's dtype in both, so the two agree to the scan's rounding).  The config is
+dispatch's choice for the equivalent scan problem when that is a loop-inner look-back config,
+else the look-back default when that is one, else the loop config of 32-step chunks with the
+fewest lanes per thread (loop configs need M > 64).
 """
 from __future__ import annotations
 
