@@ -201,8 +201,33 @@ class DecodeProblem(BaseModel):
         return self.B * self.M
 
 
-Problem = Union[ScanProblem, DecodeProblem]
-PROBLEM_TYPES: dict[str, type] = {"scan": ScanProblem, "decode": DecodeProblem}
+class LayerProblem(ScanProblem):
+    """One SAMU layer call (:class:`samu_tune.SAMU`): x [B, L, 2M] in ``dtype`` -> y [B, L, 2M]
+    and the final state, forward or forward + backward (``backward``), with resets
+    (``segment_pos``) and an initial state or not.  The fields are the scan's (the layer's
+    scan is that problem with ``final_state``; the controls are fp32), the key is the scan key
+    prefixed ``layer:``, e.g. ``layer:B8-L4096-M512-bf16-train``."""
+
+    op: ClassVar[str] = "layer"
+
+    def key(self) -> str:
+        return f"{self.op}:" + super().key()
+
+    def feature_key(self) -> str:
+        return f"{self.op}:" + super().key().split("-", 3)[3]
+
+    @classmethod
+    def from_key(cls, key: str, device: str = "cuda") -> "LayerProblem":
+        """Inverse of :meth:`key`."""
+        op, sep, rest = key.partition(":")
+        if op != cls.op or not sep:
+            raise ValueError(f"not a layer problem key: {key!r}")
+        return super().from_key(rest, device)
+
+
+Problem = Union[ScanProblem, DecodeProblem, LayerProblem]
+PROBLEM_TYPES: dict[str, type] = {"scan": ScanProblem, "decode": DecodeProblem,
+                                  "layer": LayerProblem}
 
 
 def op_of_key(key: str) -> str:

@@ -36,17 +36,28 @@ from .reference import SAMUParams, State, write_gamma
 FUSED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
+def scan_problem(x: torch.Tensor, segment_pos: Optional[torch.Tensor], has_state: bool,
+                 backward: bool = False) -> ScanProblem:
+    """The scan problem inside a layer call on ``x`` [B, L, 2M] (final state always)."""
+    B, L, width = x.shape
+    return ScanProblem(B=B, L=L, M=width // 2, dtype=str(x.dtype).removeprefix("torch."),
+                       device=x.device.type, resets=segment_pos is not None,
+                       initial_state=has_state, final_state=True, backward=backward,
+                       deterministic=torch.are_deterministic_algorithms_enabled())
+
+
 def config_for(x: torch.Tensor, segment_pos: Optional[torch.Tensor], has_state: bool,
                scan_strategy="auto", backward: bool = False) -> Optional[BaseModel]:
     """The loop-inner look-back config the fused layer runs for ``x`` [B, L, 2M], or None."""
-    B, L, width = x.shape
-    dtype = str(x.dtype).removeprefix("torch.")
-    problem = ScanProblem(B=B, L=L, M=width // 2, dtype=dtype, device=x.device.type,
-                          resets=segment_pos is not None, initial_state=has_state,
-                          final_state=True, backward=backward,
-                          deterministic=torch.are_deterministic_algorithms_enabled())
+    return config_for_problem(scan_problem(x, segment_pos, has_state, backward), scan_strategy,
+                              x.device)
+
+
+def config_for_problem(problem: ScanProblem, scan_strategy="auto",
+                       device: Optional[torch.device] = None) -> Optional[BaseModel]:
+    """:func:`config_for` of the layer's scan ``problem``."""
     try:
-        decision = dispatch.choose(problem, scan_strategy, device=x.device, allow_tune=False)
+        decision = dispatch.choose(problem, scan_strategy, device=device, allow_tune=False)
         if decision.strategy.name == "lookback" and decision.config.inner == "loop":
             return decision.config
     except Exception:  # dispatch cannot decide (e.g. nothing eligible): the default below

@@ -7,11 +7,13 @@ from typing import Literal, Optional
 import torch
 from torch import nn
 
-from . import controller, fused, varlen
+from .. import dispatch
+from ..problem import LayerProblem, dtype_name
+from . import fused, unfused
 from .decode import Decoder
 from .reference import SAMUParams, State
 
-LayerStrategy = Literal["unfused", "fused"]
+LayerStrategy = Literal["auto", "unfused", "fused"]
 
 
 class SAMU(nn.Module):
@@ -37,17 +39,18 @@ class SAMU(nn.Module):
     ``scan_strategy`` is passed to :func:`samu_tune.scan` (``"auto"``, a name, or
     ``(name, config)``); ``decode_strategy`` to :func:`samu_tune.layer.decode.decode_step`.
     ``strategy`` names the layer path: ``"unfused"`` (controller and write in torch, the scan
-    from the registry, ReLU in torch) or ``"fused"`` (the write, the ReLU output and their
+    from the registry, ReLU in torch), ``"fused"`` (the write, the ReLU output and their
     gradients inside the look-back scan's kernels: x read once, y written once, no [B, L, M]
     write or output intermediates; see :mod:`samu_tune.layer.fused`; where it cannot run,
-    e.g. with ``cu_seqlens``, the unfused path).
+    e.g. with ``cu_seqlens``, the unfused path) or ``"auto"`` (the layer op's dispatch,
+    :mod:`samu_tune.layer.layer_op`: a tuned or shipped choice, else unfused).
     """
 
     def __init__(self, modes: int, *, r_min: float = 0.9, r_max: float = 0.999,
                  min_phase: float = 1e-3, max_phase: float = math.pi,
                  phase_amplitude_init: float = 1.0, radial_amplitude_init: float = 1.0,
                  scan_strategy="auto", decode_strategy: str = "auto",
-                 strategy: LayerStrategy = "unfused",
+                 strategy: LayerStrategy = "auto",
                  device: Optional[torch.device | str] = None,
                  dtype: torch.dtype = torch.float32, generator: Optional[torch.Generator] = None):
         super().__init__()
@@ -57,9 +60,9 @@ class SAMU(nn.Module):
             raise ValueError(f"need 0 < r_min <= r_max < 1, got r_min={r_min}, r_max={r_max}")
         if not 0.0 < min_phase <= max_phase:
             raise ValueError(f"need 0 < min_phase <= max_phase, got {min_phase}, {max_phase}")
-        if strategy not in ("unfused", "fused"):
-            raise ValueError(f"unknown layer strategy {strategy!r}; available: 'unfused', "
-                             "'fused'")
+        if strategy not in ("auto", "unfused", "fused"):
+            raise ValueError(f"unknown layer strategy {strategy!r}; available: 'auto', "
+                             "'unfused', 'fused'")
         self.modes = modes
         self.scan_strategy = scan_strategy
         self.decode_strategy = decode_strategy
@@ -114,17 +117,37 @@ class SAMU(nn.Module):
         """
         self._check_x(x, 3, "B, L, 2M")
         params = self.params()
-        if self.strategy == "fused" and cu_seqlens is None:
-            done = fused.forward(x, params, state, segment_pos, self.scan_strategy)
-            if done is not None:
-                return done
-        eta, delta = controller.controls(x, params)
-        br, bi = controller.writes(x, params)
-        out = varlen.scan(eta, delta, self.nu_log, self.theta_log, br, bi,
-                          initial_state=state, segment_pos=segment_pos, cu_seqlens=cu_seqlens,
-                          output_final_state=True, strategy=self.scan_strategy)
-        y = torch.relu(torch.cat([out.real, out.imag], dim=-1))
-        return y, out.final_state
+        if cu_seqlens is None and self.strategy != "unfused":
+            path = self.strategy
+            if path == "auto":
+                path = self._layer_path(x, params, state, segment_pos)
+            if path == "fused":
+                done = fused.forward(x, params, state, segment_pos, self.scan_strategy)
+                if done is not None:
+                    return done
+        return unfused.forward(x, params, state, segment_pos, cu_seqlens=cu_seqlens,
+                               scan_strategy=self.scan_strategy)
+
+    @staticmethod
+    def _layer_path(x: torch.Tensor, params: SAMUParams, state: Optional[State],
+                    segment_pos: Optional[torch.Tensor]) -> str:
+        """The layer op's choice for this call (memoized per call signature)."""
+        backward = torch.is_grad_enabled() and any(
+            t.requires_grad for t in (x, *params, *(state or ())))
+        deterministic = torch.are_deterministic_algorithms_enabled()
+        call_key = ("layer", x.shape, x.dtype, x.device, segment_pos is not None,
+                    state is not None, backward, deterministic)
+
+        def problem() -> LayerProblem:
+            B, L, width = x.shape
+            return LayerProblem(B=B, L=L, M=width // 2, dtype=dtype_name(x.dtype),
+                                device="cuda" if x.is_cuda else "cpu", backward=backward,
+                                resets=segment_pos is not None,
+                                initial_state=state is not None, deterministic=deterministic)
+        try:
+            return dispatch.decide(call_key, problem, x.device).strategy.name
+        except (ValueError, TypeError):   # e.g. float64 x: no layer strategy but the reference
+            return "unfused"
 
     def step(self, x: torch.Tensor, state: Optional[State] = None, *,
              out: Optional[torch.Tensor] = None,
