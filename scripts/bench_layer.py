@@ -75,7 +75,7 @@ def layer_rows(rep_ms):
         def fused(inp):   # forward without gradients fused; training takes the unfused path
             return fused_layer(inp)[0]
 
-        variants = [("samu_tune.SAMU (unfused, tuned scan)", ours),
+        variants = [("samu_tune.SAMU (default strategy: auto)", ours),
                     ("samu_tune.SAMU (fused forward)", fused)]
         if seed is not None:
             variants.append(("our controller + seed default scan", seed_layer))
@@ -228,13 +228,15 @@ def main(argv=None):
     ap.add_argument("--decode-steps", type=int, default=500,
                     help="steps per timed decode loop (best of 5 loops)")
     ap.add_argument("--decode-only", action="store_true", help="skip the layer benchmark")
+    ap.add_argument("--layer-only", action="store_true", help="skip the decode benchmark")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-              "decode": decode_rows(args.decode_steps),
+              "decode": [] if args.layer_only else decode_rows(args.decode_steps),
               "layer": [] if args.decode_only else layer_rows(args.rep_ms)}
-    (out / "layer.json").write_text(json.dumps(result, indent=1))
+    name = "layer_only.json" if args.layer_only else "layer.json"
+    (out / name).write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

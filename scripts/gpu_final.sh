@@ -8,7 +8,8 @@
 #      the fastest timed candidate cached and samu_tune.scan timed on it   T_GRID -> grid/
 #   5. dispatch overhead of a cached call                  T_DISPATCH -> dispatch_overhead.log
 #   6. tuner vs exhaustive, tune wall time (TUNER_CASES)   T_TUNER    -> tuner/
-#   7. decode tokens/s (SAMU.step vs the seed), host profile  T_DECODE -> layer/
+#   7. layer forward / train: SAMU default vs fused vs controller + seed scan  T_LAYER -> layer/
+#   8. decode tokens/s (SAMU.step vs the seed), host profile  T_DECODE -> layer/
 # Carry .whl (pydantic, platformdirs, accelerated-scan wheels) and seed_copy.
 set -uo pipefail
 OUT="${OUT:-$PWD/.device_out}"
@@ -55,6 +56,11 @@ if on "${T_TUNER:-90}"; then
       --time-limit "$(( ${T_TUNER:-90} - 20 ))" ${TUNER_ARGS:-} ${TUNER_CASES:+--cases "$TUNER_CASES"} \
       > "$OUT/tuner/bench_tuner.log" 2>&1; tail -12 "$OUT/tuner/bench_tuner.log"
   cat "$OUT/tuner/bench_tuner.md"
+fi
+if on "${T_LAYER:-0}"; then
+  phase layer
+  timeout "$T_LAYER" python3 scripts/bench_layer.py --layer-only --out "$OUT/layer" \
+      > "$OUT/layer/layer_only.log" 2>&1; tail -8 "$OUT/layer/layer_only.log"
 fi
 if on "${T_DECODE:-45}"; then
   phase decode

@@ -111,3 +111,21 @@ def test_auto_layer_uses_the_rule_then_a_cached_winner(env, monkeypatch):
         layer(x, cu_seqlens=cu)
     assert calls == [1]
     assert cache.lookup(fwd) is not None
+
+
+def test_shapes_file_takes_layer_entries(tmp_path):
+    from samu_tune.cli.shapes import ShapesError, load_shapes
+    f = tmp_path / "shapes.yaml"
+    f.write_text("shapes:\n  - {op: layer, B: [1, 2], L: 40, M: 72, dtype: float32, "
+                 "resets: true}\n")
+    problems = [p for e in load_shapes(f).shapes for p in e.problems("cpu")]
+    assert [p.key() for p in problems] == [
+        "layer:B1-L40-M72-f32-forward-resets", "layer:B2-L40-M72-f32-forward-resets",
+        "layer:B1-L40-M72-f32-train-resets", "layer:B2-L40-M72-f32-train-resets"]
+    assert all(isinstance(p, LayerProblem) for p in problems)
+    for bad, msg in (("{op: layer, B: 1, M: 5}", "a layer shape needs L"),
+                     ("{op: layer, B: 1, L: 4, M: 5, final_state: true}",
+                      "a layer shape has no final_state")):
+        f.write_text(f"shapes:\n  - {bad}\n")
+        with pytest.raises(ShapesError, match=msg):
+            load_shapes(f)

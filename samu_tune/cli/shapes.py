@@ -5,12 +5,15 @@ shapes:                       # or the list at top level
   - {B: 8, L: [4096, 8192], M: 512, dtype: bfloat16, mode: both}
   - {B: 1, L: 16384, M: 256, resets: true, initial_state: true, final_state: true}
   - {op: decode, B: [1, 8, 64], M: 1024, dtype: bfloat16}     # SAMU.step, state given
+  - {op: layer, B: 4, L: 4096, M: 512, mode: both}             # SAMU.forward (x [B, L, 2M])
 ```
 B, L, M are a number or a list (the entry is their product); dtype is the writes' dtype,
 control_dtype the controls'; mode is forward, train or both.  ``op: decode`` entries are decode
 steps (:class:`samu_tune.problem.DecodeProblem`): no L, forward only (mode both means forward),
 ``initial_state`` (default true) says whether a state is passed; the scan-only fields
-(control_dtype, resets, final_state) are refused.
+(control_dtype, resets, final_state) are refused.  ``op: layer`` entries are SAMU layer calls
+(:class:`samu_tune.problem.LayerProblem`: unfused vs fused): as scan entries, without
+control_dtype and final_state (fp32 controls, final state always).
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
-from ..problem import DecodeProblem, Problem, ScanProblem, dtype_name
+from ..problem import DecodeProblem, LayerProblem, Problem, ScanProblem, dtype_name
 
 Sizes = Union[int, list[int]]
 
@@ -34,7 +37,7 @@ class ShapesError(ValueError):
 class ShapeEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    op: Literal["scan", "decode"] = "scan"
+    op: Literal["scan", "decode", "layer"] = "scan"
     B: Sizes
     L: Optional[Sizes] = None
     M: Sizes
@@ -47,8 +50,12 @@ class ShapeEntry(BaseModel):
 
     @model_validator(mode="after")
     def _fields_of_the_op(self) -> "ShapeEntry":
-        if self.op == "scan" and self.L is None:
-            raise ValueError("a scan shape needs L")
+        if self.op in ("scan", "layer") and self.L is None:
+            raise ValueError(f"a {self.op} shape needs L")
+        if self.op == "layer":
+            extra = [f for f in ("control_dtype", "final_state") if f in self.model_fields_set]
+            if extra:
+                raise ValueError(f"a layer shape has no {', '.join(extra)}")
         if self.op == "decode":
             given = self.model_fields_set
             extra = [f for f in ("L", "control_dtype", "resets", "final_state") if f in given]
@@ -91,6 +98,11 @@ class ShapeEntry(BaseModel):
             return [DecodeProblem(B=b, M=m, dtype=self.dtype, device=device,
                                   initial_state=state)
                     for b, m in itertools.product(self.B, self.M)]
+        if self.op == "layer":
+            return [LayerProblem(B=b, L=l, M=m, dtype=self.dtype, device=device,
+                                 backward=(md == "train"), resets=self.resets,
+                                 initial_state=bool(self.initial_state))
+                    for md, b, l, m in itertools.product(modes, self.B, self.L, self.M)]
         return [ScanProblem(B=b, L=l, M=m, dtype=self.dtype, control_dtype=self.control_dtype,
                             device=device, backward=(md == "train"), resets=self.resets,
                             initial_state=bool(self.initial_state),
