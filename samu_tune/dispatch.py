@@ -37,7 +37,7 @@ from pydantic import BaseModel
 
 from . import cache, opspec, registry
 from .device import DeviceInfo, device_info
-from .problem import DecodeProblem, Problem, ScanProblem
+from .problem import PROBLEM_TYPES, Problem, ScanProblem
 from .registry import Strategy
 from .rules import NoEligibleStrategy, RuleChoice, rule_choice, usable_config
 from .settings import settings
@@ -474,7 +474,7 @@ class Explanation(BaseModel):
     eligibility reasons.
     """
 
-    problem: Union[ScanProblem, DecodeProblem]
+    problem: Problem
     signature: str
     policy: str
     strategy: Optional[str] = None
@@ -515,7 +515,7 @@ def explain(*args, strategy: StrategyArg = "auto", policy: Optional[str] = None,
     Never tunes (under the online policy a miss says it would tune).  Every registered
     strategy is listed with its eligibility reasons.
     """
-    if len(args) == 1 and not kwargs and isinstance(args[0], (ScanProblem, DecodeProblem)):
+    if len(args) == 1 and not kwargs and isinstance(args[0], tuple(PROBLEM_TYPES.values())):
         problem = args[0]
         device = None
     else:

@@ -19,7 +19,8 @@ from typing import Any, Callable, Optional
 
 # op -> module whose import registers its spec (and its strategies)
 BUILTIN: dict[str, str] = {"scan": "samu_tune.scan_op", "decode": "samu_tune.layer.decode_op",
-                           "layer": "samu_tune.layer.layer_op"}
+                           "layer": "samu_tune.layer.layer_op",
+                           "linear": "samu_tune.ops.linear_op"}
 
 
 @dataclass(frozen=True, eq=False)

@@ -236,7 +236,7 @@ def unregister(name: str, op: str = "scan") -> None:
 
 
 # modules whose import registers the built-in strategies of each op
-BUILTIN_MODULES = ("strategies", "layer.decode_op", "layer.layer_op")
+BUILTIN_MODULES = ("strategies", "layer.decode_op", "layer.layer_op", "ops.linear_op")
 
 
 def _ensure_builtin() -> None:

@@ -55,14 +55,14 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import time
-from typing import Any, Callable, Literal, Optional, Sequence, Union
+from typing import Any, Callable, Literal, Optional, Sequence
 
 import torch
 from pydantic import BaseModel, ConfigDict
 
 from . import opspec, registry, timing
 from .device import DeviceInfo, device_info
-from .problem import DecodeProblem, Problem, ScanProblem
+from .problem import Problem, ScanProblem  # noqa: F401  (ScanProblem: re-export)
 from .registry import Strategy
 from .scan_op import verification_problem  # noqa: F401  (public here since before ops)
 
@@ -153,7 +153,7 @@ class TuneResult(BaseModel):
     why the search ended early (``budget_s`` / ``max_configs``), None when it ran to the end.
     """
 
-    problem: Union[ScanProblem, DecodeProblem]
+    problem: Problem
     mode: Literal["train", "forward"]
     device: DeviceInfo
     timing: timing.TimingKind

@@ -30,7 +30,6 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import samu_tune  # noqa: E402
 from samu_tune.layer import controller  # noqa: E402
-from samu_tune.layer.decode import decode_step  # noqa: E402
 from samu_tune.layer.reference import step_reference  # noqa: E402
 
 LAYER_SHAPES = [(4, 4096, 512), (1, 16384, 256)]  # grid shapes: the seed's binaries are cached

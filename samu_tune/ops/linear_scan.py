@@ -12,7 +12,8 @@ from typing import NamedTuple, Optional, Union
 import torch
 from pydantic import BaseModel
 
-from .. import intmath
+from .. import dispatch, intmath
+from ..problem import LinearProblem, dtype_name
 from ..settings import settings
 from .launch import ChunkConfig, Config, Pair, SerialConfig, run
 from .reference import linear_scan_reference
@@ -48,15 +49,31 @@ def kernels_available(t: torch.Tensor) -> bool:
     return t.is_cuda or (t.device.type == "cpu" and settings().interpret)
 
 
-def choose(tensors: list[torch.Tensor], B: int, L: int, D: int) -> str:
-    """Rule of ``"auto"``: the torch reference where Triton cannot run or for float64;
-    ``chunk`` for long sequences with few (row, D tile) programs, else ``serial``.  A
-    placeholder until these ops are tuned."""
-    if not kernels_available(tensors[0]) or any(t.dtype == torch.float64 for t in tensors):
-        return "reference"
-    if L >= 256 and B * intmath.cdiv(D, 64) < 256:
-        return "chunk"
-    return "serial"
+def problem_of(a: Pair, b: Pair, h0: Optional[Pair], reverse: bool) -> LinearProblem:
+    """The :class:`~samu_tune.problem.LinearProblem` of a call (backward: grad mode is on and
+    an input requires grad)."""
+    B, L, D = a.r.shape
+    leaves = [t for p in (a, b, h0) if p is not None for t in p if t is not None]
+    return LinearProblem(
+        B=B, L=L, D=D, dtype=dtype_name(b.r.dtype), a_dtype=dtype_name(a.r.dtype),
+        complex=a.is_complex, reverse=bool(reverse), initial_state=h0 is not None,
+        backward=torch.is_grad_enabled() and any(t.requires_grad for t in leaves),
+        device="cuda" if a.r.is_cuda else "cpu",
+        deterministic=torch.are_deterministic_algorithms_enabled())
+
+
+def _auto(a: Pair, b: Pair, h0: Optional[Pair], reverse: bool) -> tuple[str, Optional[Config]]:
+    """``"auto"``: the linear op's dispatch (:mod:`samu_tune.ops.linear_op`: a tuned or
+    shipped choice, else its rule), memoized per call signature."""
+    leaves = [t for p in (a, b, h0) if p is not None for t in p if t is not None]
+    backward = torch.is_grad_enabled() and any(t.requires_grad for t in leaves)
+    call_key = ("linear", a.r.shape, a.r.dtype, b.r.dtype, a.r.device, a.is_complex,
+                bool(reverse), h0 is not None, backward,
+                torch.are_deterministic_algorithms_enabled())
+    decision = dispatch.decide(call_key, lambda: problem_of(a, b, h0, reverse), a.r.device)
+    if decision.strategy.name == "reference":
+        return "reference", None
+    return decision.strategy.name, decision.config
 
 
 class _LinearScan(torch.autograd.Function):
@@ -134,8 +151,6 @@ def _check(names: list[str], tensors: list[torch.Tensor], h0_names: list[str],
 
 def _resolve(strategy: StrategyArg, tensors, B, L, D) -> tuple[str, Optional[Config]]:
     name, config = (strategy, None) if isinstance(strategy, str) else strategy
-    if name == "auto":
-        name = choose(tensors, B, L, D)
     if name == "reference":
         return name, None
     if name not in CONFIGS:
@@ -156,7 +171,10 @@ def _resolve(strategy: StrategyArg, tensors, B, L, D) -> tuple[str, Optional[Con
 def _scan(a: Pair, b: Pair, h0: Optional[Pair], reverse: bool, strategy: StrategyArg,
           B: int, L: int, D: int) -> tuple[Pair, Pair]:
     tensors = [t for p in (a, b, h0) if p is not None for t in p if t is not None]
-    name, cfg = _resolve(strategy, tensors, B, L, D)
+    if isinstance(strategy, str) and strategy == "auto":
+        name, cfg = _auto(a, b, h0, reverse)
+    else:
+        name, cfg = _resolve(strategy, tensors, B, L, D)
     if name == "reference":
         return linear_scan_reference(a, b, h0, reverse=reverse)
     a = Pair(*(None if t is None else t.contiguous() for t in a))
