@@ -50,3 +50,21 @@ def check(name: str, got: Optional[torch.Tensor], want: Optional[torch.Tensor], 
     if not err <= tol:
         return f"{name}: relative error {err:.3g} > {tol:.1g}"
     return None
+
+
+def check_all(got: dict, want: dict, dtype: str, *, state_prefix: str = "final"
+              ) -> Optional[str]:
+    """None when every entry of ``want`` (name -> tensor or None) matches ``got[name]`` within
+    ``TOLERANCES[dtype]``, else the reasons joined by "; ".  ``grad_*`` entries use the
+    gradient tolerance, the others the forward one; final states (names starting with
+    ``state_prefix``, kept in fp32) at least the float32 forward tolerance."""
+    tol = TOLERANCES[dtype]
+    reasons = []
+    for name, w in want.items():
+        limit = tol.gradient if name.startswith("grad_") else tol.forward
+        if name.startswith(state_prefix) and w is not None:
+            limit = max(limit, TOLERANCES["float32"].forward)
+        reason = check(name, got.get(name), w, limit)
+        if reason:
+            reasons.append(reason)
+    return "; ".join(reasons) if reasons else None

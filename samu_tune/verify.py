@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from .problem import TORCH_DTYPES, ScanProblem
 from .reference import scan_reference
 from .tensors import ScanInputs
-from .tolerances import TOLERANCES, check
+from .tolerances import check_all
 
 
 def random_inputs(problem: ScanProblem, *, seed: int = 0, device: Optional[str] = None,
@@ -122,20 +122,11 @@ def verify(run, inputs: ScanInputs, problem: ScanProblem, *, seed: int = 0,
     final state.  Returns None when all match within :data:`TOLERANCES`, else the reasons.
     ``reference``: :func:`expected` of the same inputs, problem and seed (computed when None).
     """
-    tol = TOLERANCES[problem.dtype]
     if reference is None:
         reference = expected(inputs, problem, seed=seed)
     upstream, want = reference
     got = _forward_backward(run, _with_grad(inputs), problem.backward, upstream)
-    failures = []
-    for name, w in want.items():
-        limit = tol.gradient if name.startswith("grad_") else tol.forward
-        if name.startswith("final") and want[name] is not None:
-            limit = max(limit, TOLERANCES["float32"].forward)
-        reason = check(name, got.get(name), w, limit)
-        if reason:
-            failures.append(reason)
-    return "; ".join(failures) if failures else None
+    return check_all(got, want, problem.dtype)
 
 
 def verify_strategy(strategy, cfg: BaseModel, problem: ScanProblem, *, seed: int = 0,

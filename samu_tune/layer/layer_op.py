@@ -29,7 +29,7 @@ from ..device import DeviceInfo
 from ..opspec import OpSpec, register_op
 from ..problem import TORCH_DTYPES, LayerProblem, ScanProblem
 from ..registry import Strategy, device_reasons, register
-from ..tolerances import TOLERANCES, check
+from ..tolerances import check_all
 from . import fused, unfused
 from .reference import SAMUParams, State, layer_reference
 
@@ -210,16 +210,7 @@ def verify(run, inputs: LayerInputs, problem: LayerProblem, *, seed: int = 0,
         reference = expected(inputs, problem, seed=seed)
     got = _forward_backward(run, _leaf_inputs(inputs), problem.backward,
                             _upstream(inputs, seed))
-    tol = TOLERANCES[problem.dtype]
-    reasons = []
-    for name, want in reference.items():
-        limit = tol.gradient if name.startswith("grad_") else tol.forward
-        if name.startswith("final"):
-            limit = max(limit, TOLERANCES["float32"].forward)
-        reason = check(name, got.get(name), want, limit)
-        if reason:
-            reasons.append(reason)
-    return "; ".join(reasons) if reasons else None
+    return check_all(got, reference, problem.dtype)
 
 
 def verification_problem(problem: LayerProblem, strategy: Strategy, config: BaseModel,

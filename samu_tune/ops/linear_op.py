@@ -24,7 +24,7 @@ from ..device import DeviceInfo
 from ..opspec import OpSpec, register_op
 from ..problem import TORCH_DTYPES, LinearProblem
 from ..registry import Strategy, device_reasons, register
-from ..tolerances import TOLERANCES, check
+from ..tolerances import check_all
 from . import linear_scan
 from .launch import ChunkConfig, Pair, SerialConfig
 from .reference import linear_scan_reference
@@ -202,16 +202,7 @@ def verify(run, inputs: LinearInputs, problem: LinearProblem, *, seed: int = 0,
         reference = expected(inputs, problem, seed=seed)
     got = _forward_backward(run, _leaf_inputs(inputs), problem.backward,
                             _upstream(inputs, seed))
-    tol = TOLERANCES[problem.dtype]
-    reasons = []
-    for name, want in reference.items():
-        limit = tol.gradient if name.startswith("grad_") else tol.forward
-        if name.startswith("last"):
-            limit = max(limit, TOLERANCES["float32"].forward)
-        reason = check(name, got.get(name), want, limit)
-        if reason:
-            reasons.append(reason)
-    return "; ".join(reasons) if reasons else None
+    return check_all(got, reference, problem.dtype, state_prefix="last")
 
 
 def verification_problem(problem: LinearProblem, strategy: Strategy, config: BaseModel,
