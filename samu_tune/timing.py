@@ -130,6 +130,40 @@ class PoolStep:
         raise NotImplementedError
 
 
+class AutogradStep(PoolStep):
+    """The timed call of an op whose strategies are differentiable torch functions of their
+    inputs: forward (under ``no_grad``), or forward + backward of every leaf
+    (``inputs.leaves()``) under fixed upstream gradients.  An op subclasses it with
+    ``inputs(problem, seed=, device=)``, ``leaves(inputs)`` (the same inputs as fresh leaves
+    requiring grad), ``upstream(inputs, seed)`` (one gradient per output) and
+    ``outputs(result)`` (the differentiable outputs, in ``upstream``'s order)."""
+
+    inputs: Callable
+    leaves: Callable
+    upstream: Callable
+    outputs: Callable
+
+    def __init__(self, problem, device: torch.device | str, *, pool: int = 2,
+                 seed: int = 1000):
+        super().__init__(device)
+        self.problem = problem
+        for i in range(max(1, pool)):
+            inp = type(self).inputs(problem, seed=seed + i, device=str(self.device))
+            self.pools.append(type(self).leaves(inp) if problem.backward else inp)
+        self.grads = type(self).upstream(self.pools[0], seed) if problem.backward else None
+
+    def __call__(self, fn: Callable, inputs):
+        if not self.problem.backward:
+            with torch.no_grad():
+                return fn(inputs)
+        result = fn(inputs)
+        outs = type(self).outputs(result)
+        torch.autograd.grad(outs, inputs.leaves(),
+                            [g.to(o.dtype) for g, o in zip(self.grads, outs)],
+                            allow_unused=True)
+        return result
+
+
 class Step(PoolStep):
     """The scan's timed call: forward, or forward + backward of every differentiable input.
 

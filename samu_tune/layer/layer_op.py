@@ -228,29 +228,18 @@ def verification_problem(problem: LayerProblem, strategy: Strategy, config: Base
     return problem
 
 
-class LayerStep(timing.PoolStep):
+class LayerStep(timing.AutogradStep):
     """The layer op's timed call: forward, or forward + backward of x, the state and every
     parameter under fixed upstream gradients, on a pool of input sets."""
 
-    def __init__(self, problem: LayerProblem, device: torch.device | str, *, pool: int = 2,
-                 seed: int = 1000):
-        super().__init__(device)
-        self.problem = problem
-        for i in range(max(1, pool)):
-            inputs = random_inputs(problem, seed=seed + i, device=str(self.device))
-            self.pools.append(_leaf_inputs(inputs) if problem.backward else inputs)
-        self.upstream = _upstream(self.pools[0], seed) if problem.backward else None
+    inputs = staticmethod(random_inputs)
+    leaves = staticmethod(_leaf_inputs)
+    upstream = staticmethod(_upstream)
 
-    def __call__(self, fn, inputs: LayerInputs) -> LayerOutput:
-        if not self.problem.backward:
-            with torch.no_grad():
-                return fn(inputs)
-        y, (fr, fi) = out = fn(inputs)
-        dt = y.dtype
-        torch.autograd.grad((y, fr, fi), inputs.leaves(),
-                            (self.upstream[0].to(dt), self.upstream[1].to(fr.dtype),
-                             self.upstream[2].to(fi.dtype)), allow_unused=True)
-        return out
+    @staticmethod
+    def outputs(result: LayerOutput) -> list[torch.Tensor]:
+        y, (fr, fi) = result
+        return [y, fr, fi]
 
 
 def input_bytes(problem: LayerProblem) -> int:

@@ -218,29 +218,18 @@ def verification_problem(problem: LinearProblem, strategy: Strategy, config: Bas
     return problem
 
 
-class LinearStep(timing.PoolStep):
+class LinearStep(timing.AutogradStep):
     """The linear op's timed call: forward, or forward + backward of a, b and h0."""
 
-    def __init__(self, problem: LinearProblem, device: torch.device | str, *, pool: int = 2,
-                 seed: int = 1000):
-        super().__init__(device)
-        self.problem = problem
-        for i in range(max(1, pool)):
-            inputs = random_inputs(problem, seed=seed + i, device=str(self.device))
-            self.pools.append(_leaf_inputs(inputs) if problem.backward else inputs)
-        self.upstream = _upstream(self.pools[0], seed) if problem.backward else None
+    inputs = staticmethod(random_inputs)
+    leaves = staticmethod(_leaf_inputs)
+    upstream = staticmethod(_upstream)
 
-    def __call__(self, fn, inputs: LinearInputs) -> LinearOutput:
-        if not self.problem.backward:
-            with torch.no_grad():
-                return fn(inputs)
-        out, last = result = fn(inputs)
-        n = 2 if inputs.a.is_complex else 1
-        outs = [out.r, out.i][:n] + [last.r, last.i][:n]
-        torch.autograd.grad(outs, inputs.leaves(),
-                            [u.to(o.dtype) for u, o in zip(self.upstream, outs)],
-                            allow_unused=True)
-        return result
+    @staticmethod
+    def outputs(result: LinearOutput) -> list[torch.Tensor]:
+        out, last = result
+        n = 2 if out.i is not None else 1
+        return [out.r, out.i][:n] + [last.r, last.i][:n]
 
 
 def input_bytes(problem: LinearProblem) -> int:
