@@ -7,7 +7,7 @@ import torch
 
 import samu_tune
 from samu_tune.layer import SAMUParams, layer_reference, step_reference
-from samu_tune.tolerances import TOLERANCES, check
+from samu_tune.tolerances import TOLERANCES, check, check_all
 
 PARAM_NAMES = ("phase_direction", "radial_direction", "phase_amplitude", "radial_amplitude",
                "nu_log", "theta_log")
@@ -88,18 +88,9 @@ def test_forward_and_gradients_match_float64_reference(B, L, M, dtype, resets, h
     p_ref = [p.detach().double().requires_grad_(True) for p in layer.params()]
     want = _run(ref_fn, x_ref, s_ref, p_ref, upstream)
 
-    tol = TOLERANCES[str(dtype).removeprefix("torch.")]
     assert got["y"].dtype == dtype and got["y"].shape == (B, L, 2 * M)
     assert got["final_r"].dtype == torch.float32
-    failures = []
-    for name, w in want.items():
-        limit = tol.gradient if name.startswith("grad_") else tol.forward
-        if name.startswith("final"):
-            limit = max(limit, TOLERANCES["float32"].forward)
-        assert got[name] is not None or w is None, name
-        reason = check(name, got[name], w, limit)
-        if reason:
-            failures.append(reason)
+    failures = check_all(got, want, str(dtype).removeprefix("torch."))
     assert not failures, failures
     for name in PARAM_NAMES:  # every parameter really gets a non-zero gradient
         assert float(got["grad_" + name].abs().sum()) > 0, name
@@ -380,16 +371,7 @@ def test_fused_gradients_match_float64_reference(B, L, M, dtype, resets, h0, dev
         s_u = None if state is None else tuple(s.clone().requires_grad_(True) for s in state)
         want = _run(lambda x, state, params: unfused(x, state, segment_pos=seg), x_u, s_u,
                     list(unfused.params()), upstream)
-    tol = TOLERANCES[str(dtype).removeprefix("torch.")]
-    failures = []
-    for name, w in want.items():
-        limit = tol.gradient if name.startswith("grad_") else tol.forward
-        if name.startswith("final"):
-            limit = max(limit, TOLERANCES["float32"].forward)
-        assert got[name] is not None or w is None, name
-        reason = check(name, got[name], w, limit)
-        if reason:
-            failures.append(reason)
+    failures = check_all(got, want, str(dtype).removeprefix("torch."))
     assert not failures, failures
     for name in PARAM_NAMES:
         assert float(got["grad_" + name].abs().sum()) > 0, name
