@@ -129,3 +129,19 @@ def test_shapes_file_takes_layer_entries(tmp_path):
         f.write_text(f"shapes:\n  - {bad}\n")
         with pytest.raises(ShapesError, match=msg):
             load_shapes(f)
+
+
+def test_cli_lists_the_strategies_of_every_op(capsys):
+    import json
+
+    from samu_tune.cli import main
+    assert main(["strategies", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["op"] for r in rows} >= {"scan", "decode", "layer", "linear"}
+    assert main(["strategies", "--op", "layer", "--json"]) == 0
+    assert {r["name"] for r in json.loads(capsys.readouterr().out)} == {
+        "unfused", "fused", "reference"}
+    assert main(["strategies", "--op", "layer"]) == 0
+    assert "registered layer strategies" in capsys.readouterr().out
+    assert main(["strategies", "--op", "nope"]) != 0
+    assert "no such op" in capsys.readouterr().err

@@ -89,7 +89,8 @@ def _show_parser(sub) -> None:
 
 def _info_parsers(sub) -> None:
     from . import info
-    p = sub.add_parser("strategies", help="list the registered strategies")
+    p = sub.add_parser("strategies", help="list the registered strategies of every op")
+    p.add_argument("--op", default=None, help="only this op (scan, decode, layer, linear)")
     p.add_argument("--json", action="store_true", help="print them as JSON")
     p.set_defaults(func=info.run_strategies)
 

@@ -14,15 +14,19 @@ from .console import CLIError
 
 
 def run_strategies(args: argparse.Namespace) -> int:
-    strategies = registry.all_strategies()
+    ops = [args.op] if args.op else sorted(registry.ops(), key=lambda o: (o != "scan", o))
+    if args.op and args.op not in registry.ops():
+        raise CLIError(f"--op {args.op}: no such op; registered: {', '.join(registry.ops())}")
     if args.json:
         print(json.dumps([dict(
-            name=s.name, description=s.description, priority=s.priority,
+            op=s.op, name=s.name, description=s.description, priority=s.priority,
             capability=s.capability.model_dump(mode="json"), configs=len(s.configs()),
             deterministic=s.capability.deterministic,
-            config_fields=list(s.config_model.model_fields)) for s in strategies], indent=1))
+            config_fields=list(s.config_model.model_fields))
+            for op in ops for s in registry.all_strategies(op)], indent=1))
         return 0
-    console.out().print(render.strategies_table(strategies))
+    for op in ops:
+        console.out().print(render.strategies_table(registry.all_strategies(op), op))
     return 0
 
 

@@ -133,21 +133,26 @@ def capability_text(s: "Strategy") -> str:
     cap = s.capability
     parts = ["devices " + ",".join(sorted(cap.devices)) + (" (Triton)" if cap.triton else ""),
              "dtypes " + ",".join(sorted(cap.dtypes))]
-    features = [name for name, ok in (("resets", cap.resets), ("h0", cap.initial_state),
-                                      ("final", cap.final_state), ("backward", cap.backward))
-                if ok]
-    parts.append("features " + (",".join(features) or "none"))
-    if cap.max_modes is not None:
+    # the scan's capability has feature flags and limits; other ops' capabilities need not
+    features = [name for name, flag in (("resets", "resets"), ("h0", "initial_state"),
+                                        ("final", "final_state"), ("backward", "backward"))
+                if getattr(cap, flag, False)]
+    if any(hasattr(cap, flag) for flag in ("resets", "backward")):
+        parts.append("features " + (",".join(features) or "none"))
+    if getattr(cap, "max_modes", None) is not None:
         parts.append(f"M<={cap.max_modes}")
-    if cap.max_length is not None:
+    if getattr(cap, "max_length", None) is not None:
         parts.append(f"L<={cap.max_length}")
-    if cap.min_compute_capability is not None:
+    if getattr(cap, "min_compute_capability", None) is not None:
         parts.append("sm>=%d%d" % cap.min_compute_capability)
+    if getattr(cap, "fused_io", False):
+        parts.append("needs a loop-inner look-back config")
     return "; ".join(parts)
 
 
-def strategies_table(strategies: Sequence["Strategy"]) -> Table:
-    t = _table(title="registered strategies (highest priority first)", title_justify="left")
+def strategies_table(strategies: Sequence["Strategy"], op: str = "scan") -> Table:
+    t = _table(title=f"registered {op} strategies (highest priority first)",
+               title_justify="left")
     t.add_column("name", no_wrap=True)
     t.add_column("description")
     t.add_column("capability")
