@@ -129,7 +129,8 @@ def _from_tables(problem: Problem, dev: DeviceInfo, trail: list[str], *,
                 if found:
                     return Decision(*found, "default" if shipped else "exact", entry.key,
                                     f"{where} entry for this exact problem "
-                                    f"({entry.time_ms:.4g} ms when tuned)")
+                                    f"({entry.time_ms:.4g} ms when tuned)"
+                                    + _older_source(entry, found[0]))
                 trail.append(f"{where} exact {entry.key}: {why}")
             else:
                 trail.append(f"{where}: no exact entry for {problem.key()}")
@@ -138,11 +139,21 @@ def _from_tables(problem: Problem, dev: DeviceInfo, trail: list[str], *,
             found, why = _usable(entry, problem, dev)
             if found:
                 return Decision(*found, "default" if shipped else "nearest", entry.key,
-                                f"nearest tuned key in the {where} (log-distance {dist:.3g})")
+                                f"nearest tuned key in the {where} (log-distance {dist:.3g})"
+                                + _older_source(entry, found[0]))
             trail.append(f"{where} nearest {entry.key}: {why}")
         if not near:
             trail.append(f"{where}: no entry with features {problem.feature_key()}")
     return None
+
+
+def _older_source(entry: cache.CacheEntry, strat: Strategy) -> str:
+    """A note when ``entry`` (only a shipped one can be served so) was measured with an older
+    source of its strategy: its time may no longer hold, and another choice may now win."""
+    if entry.source_hash and entry.source_hash != strat.source_hash:
+        return (f"; measured with an older {strat.name} source ({entry.source_hash} != "
+                f"{strat.source_hash}): re-tune or re-ship to refresh")
+    return ""
 
 
 def _rule(problem: Problem, dev: DeviceInfo) -> Decision:

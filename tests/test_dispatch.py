@@ -22,10 +22,11 @@ SIG = "cpu-interpreter"
 PROBLEM = ScanProblem(B=2, L=16, M=4, dtype="float32", device="cpu", backward=False)
 
 
-def _put(key, strategy, config=None, *, shipped=False, versions=None):
+def _put(key, strategy, config=None, *, shipped=False, versions=None, source_hash=None):
     entry = cache.CacheEntry(
         key=key, mode="train" if "-train" in key else "forward", strategy=strategy,
-        config=config or {}, time_ms=1.0, source_hash=registry.get(strategy).source_hash,
+        config=config or {}, time_ms=1.0,
+        source_hash=source_hash or registry.get(strategy).source_hash,
         measured_at="2026-01-01", cpu_wall_time=True,
         versions=versions or dict(cache.versions()))
     if not shipped:
@@ -122,6 +123,11 @@ def test_shipped_default_table_then_rule(fakes):
     assert dispatch.choose(PROBLEM).strategy.name == "fake_b"
     other = PROBLEM.model_copy(update={"dtype": "bfloat16"})
     assert dispatch.choose(other).source == "rule"
+    assert "older" not in dispatch.choose(PROBLEM).detail
+    # a shipped entry measured with an older strategy source is served, and says so
+    _put(PROBLEM.key(), "fake_b", shipped=True, source_hash="0123abcd")
+    d = dispatch.choose(PROBLEM)
+    assert d.strategy.name == "fake_b" and "older fake_b source (0123abcd" in d.detail
 
 
 def test_initial_and_final_state_use_the_plain_problems_entry(fakes):
