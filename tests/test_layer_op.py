@@ -145,3 +145,19 @@ def test_cli_lists_the_strategies_of_every_op(capsys):
     assert "registered layer strategies" in capsys.readouterr().out
     assert main(["strategies", "--op", "nope"]) != 0
     assert "no such op" in capsys.readouterr().err
+
+
+@interpreter
+@pytest.mark.parametrize("strategy", ["auto", "fused"])
+def test_layer_inside_torch_compile(strategy):
+    """The layer's choice and the fused kernels run eagerly behind a graph break."""
+    layer = samu_tune.SAMU(72, strategy=strategy, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(1, 40, 144, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want, _ = samu_tune.SAMU(72, strategy="unfused",
+                                 generator=torch.Generator().manual_seed(0))(x)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t: layer(t)[0].sum(dim=-1), backend="eager")
+    with torch.no_grad():
+        got = compiled(x)
+    assert torch.allclose(got, want.sum(dim=-1), rtol=1e-4, atol=1e-4)

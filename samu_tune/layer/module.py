@@ -118,13 +118,12 @@ class SAMU(nn.Module):
         self._check_x(x, 3, "B, L, 2M")
         params = self.params()
         if cu_seqlens is None and self.strategy != "unfused":
-            path = self.strategy
-            if path == "auto":
-                path = self._layer_path(x, params, state, segment_pos)
-            if path == "fused":
-                done = fused.forward(x, params, state, segment_pos, self.scan_strategy)
-                if done is not None:
-                    return done
+            # under torch.compile the choice and the fused kernels run eagerly behind a graph
+            # break (as samu_tune.scan does); the unfused path is traced as before
+            run = _fused_or_none_eager if dispatch._is_compiling() else _fused_or_none
+            done = run(self.strategy, x, params, state, segment_pos, self.scan_strategy)
+            if done is not None:
+                return done
         return unfused.forward(x, params, state, segment_pos, cu_seqlens=cu_seqlens,
                                scan_strategy=self.scan_strategy)
 
@@ -175,3 +174,18 @@ class SAMU(nn.Module):
     def invalidate_decode_cache(self) -> None:
         """Make the next :meth:`step` re-digest the parameters and re-resolve its launch."""
         self._decoder.clear()
+
+
+def _fused_or_none(strategy: str, x: torch.Tensor, params: SAMUParams, state: Optional[State],
+                   segment_pos: Optional[torch.Tensor], scan_strategy
+                   ) -> Optional[tuple[torch.Tensor, State]]:
+    """The fused layer's result when ``strategy`` ("fused", or "auto" choosing it) runs it,
+    else None (the caller takes the unfused path)."""
+    if strategy == "auto":
+        strategy = SAMU._layer_path(x, params, state, segment_pos)
+    if strategy != "fused":
+        return None
+    return fused.forward(x, params, state, segment_pos, scan_strategy)
+
+
+_fused_or_none_eager = dispatch._disable_dynamo(_fused_or_none)
