@@ -21,6 +21,7 @@ fewest lanes per thread (loop configs need M > 64).
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -48,24 +49,43 @@ def scan_problem(x: torch.Tensor, segment_pos: Optional[torch.Tensor], has_state
 
 def config_for(x: torch.Tensor, segment_pos: Optional[torch.Tensor], has_state: bool,
                scan_strategy="auto", backward: bool = False) -> Optional[BaseModel]:
-    """The loop-inner look-back config the fused layer runs for ``x`` [B, L, 2M], or None."""
-    return config_for_problem(scan_problem(x, segment_pos, has_state, backward), scan_strategy,
-                              x.device)
+    """The loop-inner look-back config the fused layer runs for ``x`` [B, L, 2M], or None.
+
+    The scan's dispatch decision is memoized per call signature (``dispatch.decide``, as
+    ``samu_tune.scan``'s), so a repeated call costs a few dictionary lookups."""
+    call_key = ("samu-fused-scan", x.shape, x.dtype, x.device, segment_pos is not None,
+                has_state, backward, torch.are_deterministic_algorithms_enabled())
+
+    def problem() -> ScanProblem:
+        return scan_problem(x, segment_pos, has_state, backward)
+    try:
+        decision = dispatch.decide(call_key, problem, x.device, scan_strategy)
+        if decision.strategy.name == "lookback" and decision.config.inner == "loop":
+            return decision.config
+    except Exception:  # dispatch cannot decide (e.g. nothing eligible): the default below
+        pass
+    return _loop_config(problem())
 
 
 def config_for_problem(problem: ScanProblem, scan_strategy="auto",
                        device: Optional[torch.device] = None) -> Optional[BaseModel]:
-    """:func:`config_for` of the layer's scan ``problem``."""
+    """:func:`config_for` of the layer's scan ``problem`` (not memoized: eligibility checks)."""
     try:
         decision = dispatch.choose(problem, scan_strategy, device=device, allow_tune=False)
         if decision.strategy.name == "lookback" and decision.config.inner == "loop":
             return decision.config
     except Exception:  # dispatch cannot decide (e.g. nothing eligible): the default below
         pass
+    return _loop_config(problem)
+
+
+@functools.lru_cache(maxsize=512)
+def _loop_config(problem: ScanProblem) -> Optional[BaseModel]:
+    """The look-back default when it loops, else the loop config nearest the default's shape
+    (narrow M: the default is the tile scan there), else None (M <= 64 or L <= 16)."""
     cfg = lookback.default(problem)
     if cfg.inner == "loop" and lookback.valid(problem, cfg):
         return cfg
-    # narrow M (the default is the tile scan there): the loop config nearest the default's shape
     loops = [c for c in lookback.STRATEGY.configs(problem) if c.inner == "loop"]
     return min(loops, key=lambda c: (c.chunk != 32, c.block_m // (32 * c.num_warps), c.block_m),
                default=None)
