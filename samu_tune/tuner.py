@@ -86,8 +86,8 @@ def candidate_name(strategy: str, config: BaseModel | dict) -> str:
 class TuneEvent(BaseModel):
     """What :func:`tune` reports to ``progress``.
 
-    Phases ``prior``, ``screen``, ``refine`` and ``exhaustive`` send a ``start`` and a ``finish`` event
-    per evaluated candidate; ``retime`` sends one ``finish`` per re-timed candidate after the
+    Phases ``prior``, ``screen``, ``refine`` and ``exhaustive`` send a ``start`` and a
+    ``finish`` event per evaluated candidate; ``retime`` sends one ``finish`` per re-timed candidate after the
     interleaved rounds (with its final time).  ``index`` (1-based) and ``total`` count
     candidates within ``phase``; in ``refine`` ``total`` is an estimate that can grow (never
     above the ``max_configs`` left).  ``status``, ``time_ms`` and ``reason`` are set on

@@ -44,7 +44,7 @@ from ..problem import DecodeProblem, dtype_name
 from ..settings import settings
 from ..strategies._alloc import empty
 from .controller import unit_directions
-from .reference import SAMUParams, State, step_reference, write_gamma
+from .reference import SAMUParams, State, needs_grad, step_reference, write_gamma
 
 DecodeName = Literal["single", "blocked", "reference"]
 BLOCKED_BELOW_B = 32
@@ -74,13 +74,6 @@ def kernels_available(x: torch.Tensor) -> bool:
     return x.is_cuda or (x.device.type == "cpu" and settings().interpret)
 
 
-def _needs_grad(x: torch.Tensor, params: SAMUParams, state: Optional[State]) -> bool:
-    if not torch.is_grad_enabled():
-        return False
-    return x.requires_grad or any(t.requires_grad for t in params) or (
-        state is not None and any(t.requires_grad for t in state))
-
-
 def rule_name(B: int, M: int) -> DecodeName:
     """The kernel the rule picks: ``blocked`` below ``BLOCKED_BELOW_B`` rows when M spans
     more than one mode tile of the blocked default config, else ``single``."""
@@ -103,7 +96,7 @@ def decision(x: torch.Tensor, M: int, state: Optional[State]) -> "dispatch.Decis
 
 def choose(x: torch.Tensor, params: SAMUParams, state: Optional[State] = None) -> DecodeName:
     """The strategy ``"auto"`` runs (see the module docstring)."""
-    if _needs_grad(x, params, state) or any(p.dtype == torch.float64 for p in params):
+    if needs_grad(x, params, state) or any(p.dtype == torch.float64 for p in params):
         return "reference"
     return decision(x, params.modes, state).strategy.name
 
@@ -336,7 +329,7 @@ class Decoder:
         _check_inputs(x, M, state)
         if out is not None or state_out is not None:
             _check_outputs(x, state, out, state_out, M)
-        if _needs_grad(x, params, state):
+        if needs_grad(x, params, state):
             plan_name = strategy if isinstance(strategy, str) else strategy[0]
             if plan_name not in ("auto", "reference"):
                 _plan(strategy, x, params, state, False)  # unknown names fail first

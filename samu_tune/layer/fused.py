@@ -28,11 +28,11 @@ import torch
 from pydantic import BaseModel
 
 from .. import dispatch
-from ..problem import ScanProblem
+from ..problem import ScanProblem, dtype_name
 from ..settings import settings
 from ..strategies import lookback
 from . import controller
-from .reference import SAMUParams, State, write_gamma
+from .reference import SAMUParams, State, needs_grad, write_gamma
 
 FUSED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -41,7 +41,7 @@ def scan_problem(x: torch.Tensor, segment_pos: Optional[torch.Tensor], has_state
                  backward: bool = False) -> ScanProblem:
     """The scan problem inside a layer call on ``x`` [B, L, 2M] (final state always)."""
     B, L, width = x.shape
-    return ScanProblem(B=B, L=L, M=width // 2, dtype=str(x.dtype).removeprefix("torch."),
+    return ScanProblem(B=B, L=L, M=width // 2, dtype=dtype_name(x.dtype),
                        device=x.device.type, resets=segment_pos is not None,
                        initial_state=has_state, final_state=True, backward=backward,
                        deterministic=torch.are_deterministic_algorithms_enabled())
@@ -58,25 +58,28 @@ def config_for(x: torch.Tensor, segment_pos: Optional[torch.Tensor], has_state: 
 
     def problem() -> ScanProblem:
         return scan_problem(x, segment_pos, has_state, backward)
-    try:
-        decision = dispatch.decide(call_key, problem, x.device, scan_strategy)
-        if decision.strategy.name == "lookback" and decision.config.inner == "loop":
-            return decision.config
-    except Exception:  # dispatch cannot decide (e.g. nothing eligible): the default below
-        pass
-    return _loop_config(problem())
+    return _loop_choice(lambda: dispatch.decide(call_key, problem, x.device, scan_strategy),
+                        problem)
 
 
 def config_for_problem(problem: ScanProblem, scan_strategy="auto",
                        device: Optional[torch.device] = None) -> Optional[BaseModel]:
     """:func:`config_for` of the layer's scan ``problem`` (not memoized: eligibility checks)."""
+    return _loop_choice(
+        lambda: dispatch.choose(problem, scan_strategy, device=device, allow_tune=False),
+        lambda: problem)
+
+
+def _loop_choice(decide, problem) -> Optional[BaseModel]:
+    """The scan's dispatch decision (``decide()``) when it is a loop-inner look-back config,
+    else :func:`_loop_config` of ``problem()``."""
     try:
-        decision = dispatch.choose(problem, scan_strategy, device=device, allow_tune=False)
+        decision = decide()
         if decision.strategy.name == "lookback" and decision.config.inner == "loop":
             return decision.config
     except Exception:  # dispatch cannot decide (e.g. nothing eligible): the default below
         pass
-    return _loop_config(problem)
+    return _loop_config(problem())
 
 
 @functools.lru_cache(maxsize=512)
@@ -107,9 +110,8 @@ def forward(x: torch.Tensor, params: SAMUParams, state: Optional[State] = None,
     if state is not None and any(
             tuple(h.shape) != (B, width // 2) or h.device != x.device for h in state):
         return None
-    backward = torch.is_grad_enabled() and any(
-        t.requires_grad for t in (x, *params, *(state or ())))
-    cfg = config_for(x, segment_pos, state is not None, scan_strategy, backward)
+    cfg = config_for(x, segment_pos, state is not None, scan_strategy,
+                     needs_grad(x, params, state))
     if cfg is None:
         return None
     # the controls and gamma in torch (autograd carries their gradients to the parameters)

@@ -11,7 +11,7 @@ from .. import dispatch
 from ..problem import LayerProblem, dtype_name
 from . import fused, unfused
 from .decode import Decoder
-from .reference import SAMUParams, State
+from .reference import SAMUParams, State, needs_grad
 
 LayerStrategy = Literal["auto", "unfused", "fused"]
 
@@ -131,8 +131,7 @@ class SAMU(nn.Module):
     def _layer_path(x: torch.Tensor, params: SAMUParams, state: Optional[State],
                     segment_pos: Optional[torch.Tensor]) -> str:
         """The layer op's choice for this call (memoized per call signature)."""
-        backward = torch.is_grad_enabled() and any(
-            t.requires_grad for t in (x, *params, *(state or ())))
+        backward = needs_grad(x, params, state)
         deterministic = torch.are_deterministic_algorithms_enabled()
         call_key = ("layer", x.shape, x.dtype, x.device, segment_pos is not None,
                     state is not None, backward, deterministic)

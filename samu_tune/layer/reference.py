@@ -55,6 +55,15 @@ def compute_dtype(x: torch.Tensor, params: SAMUParams) -> torch.dtype:
     return torch.float32
 
 
+def needs_grad(x: torch.Tensor, params: SAMUParams, state: Optional[State]) -> bool:
+    """Whether a layer or decode call on ``x`` builds an autograd graph: grad mode is on and
+    x, a parameter or the state requires grad."""
+    if not torch.is_grad_enabled():
+        return False
+    return x.requires_grad or any(t.requires_grad for t in params) or (
+        state is not None and any(t.requires_grad for t in state))
+
+
 def write_gamma(nu_log: torch.Tensor) -> torch.Tensor:
     """gamma = sqrt(1 - exp(-2 exp(nu_log))) + 1e-8, [M]: the stationary write normalisation."""
     nu = torch.exp(nu_log)

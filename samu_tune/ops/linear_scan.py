@@ -49,15 +49,22 @@ def kernels_available(t: torch.Tensor) -> bool:
     return t.is_cuda or (t.device.type == "cpu" and settings().interpret)
 
 
-def problem_of(a: Pair, b: Pair, h0: Optional[Pair], reverse: bool) -> LinearProblem:
-    """The :class:`~samu_tune.problem.LinearProblem` of a call (backward: grad mode is on and
-    an input requires grad)."""
+def _needs_grad(a: Pair, b: Pair, h0: Optional[Pair]) -> bool:
+    return torch.is_grad_enabled() and any(
+        t.requires_grad for p in (a, b, h0) if p is not None for t in p if t is not None)
+
+
+def problem_of(a: Pair, b: Pair, h0: Optional[Pair], reverse: bool,
+               backward: Optional[bool] = None) -> LinearProblem:
+    """The :class:`~samu_tune.problem.LinearProblem` of a call (``backward`` by default:
+    grad mode is on and an input requires grad)."""
     B, L, D = a.r.shape
-    leaves = [t for p in (a, b, h0) if p is not None for t in p if t is not None]
+    if backward is None:
+        backward = _needs_grad(a, b, h0)
     return LinearProblem(
         B=B, L=L, D=D, dtype=dtype_name(b.r.dtype), a_dtype=dtype_name(a.r.dtype),
         complex=a.is_complex, reverse=bool(reverse), initial_state=h0 is not None,
-        backward=torch.is_grad_enabled() and any(t.requires_grad for t in leaves),
+        backward=backward,
         device="cuda" if a.r.is_cuda else "cpu",
         deterministic=torch.are_deterministic_algorithms_enabled())
 
@@ -65,12 +72,11 @@ def problem_of(a: Pair, b: Pair, h0: Optional[Pair], reverse: bool) -> LinearPro
 def _auto(a: Pair, b: Pair, h0: Optional[Pair], reverse: bool) -> tuple[str, Optional[Config]]:
     """``"auto"``: the linear op's dispatch (:mod:`samu_tune.ops.linear_op`: a tuned or
     shipped choice, else its rule), memoized per call signature."""
-    leaves = [t for p in (a, b, h0) if p is not None for t in p if t is not None]
-    backward = torch.is_grad_enabled() and any(t.requires_grad for t in leaves)
+    backward = _needs_grad(a, b, h0)
     call_key = ("linear", a.r.shape, a.r.dtype, b.r.dtype, a.r.device, a.is_complex,
                 bool(reverse), h0 is not None, backward,
                 torch.are_deterministic_algorithms_enabled())
-    decision = dispatch.decide(call_key, lambda: problem_of(a, b, h0, reverse), a.r.device)
+    decision = dispatch.decide(call_key, lambda: problem_of(a, b, h0, reverse, backward), a.r.device)
     if decision.strategy.name == "reference":
         return "reference", None
     return decision.strategy.name, decision.config

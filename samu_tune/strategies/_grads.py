@@ -27,15 +27,21 @@ class _NoGradContext:
         pass
 
 
+def apply(function: type[torch.autograd.Function], *args):
+    """``function.apply(*args)`` when a tensor argument needs a gradient, else its forward
+    called directly with a :class:`_NoGradContext` (no autograd bookkeeping)."""
+    if torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in args):
+        return function.apply(*args)
+    return function.forward(_NoGradContext(), *args)
+
+
 def apply_scan(function: type[torch.autograd.Function], inputs: ScanInputs, plan) -> ScanOutput:
     """Run ``function`` with ``plan`` on validated ``inputs`` (differentiable)."""
     h0_r, h0_i = inputs.initial_state or (None, None)
-    args = (plan, inputs.segment_pos, inputs.eta, inputs.delta, inputs.nu_log,
-            inputs.theta_log, inputs.br, inputs.bi, h0_r, h0_i)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in inputs.differentiable()):
-        out_r, out_i, last_r, last_i = function.apply(*args)
-    else:
-        out_r, out_i, last_r, last_i = function.forward(_NoGradContext(), *args)
+    out_r, out_i, last_r, last_i = apply(
+        function, plan, inputs.segment_pos, inputs.eta, inputs.delta, inputs.nu_log,
+        inputs.theta_log, inputs.br, inputs.bi, h0_r, h0_i)
     return ScanOutput(out_r, out_i, (last_r, last_i) if inputs.output_final_state else None)
 
 

@@ -227,9 +227,7 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
         ctl = control_table(eta, delta, seg)
     lookback_kernels.lookback_scan[(slots,)](
         sync, carry, eta, delta, nu_log, theta_log, seg, ctl, gamma, o, xw, p_gamma, x[0], x[1],
-        h0[0], h0[1], y[0],
-        y[1],
-        end[0], end[1], gx[0], gx[1], gh0[0], gh0[1], p_ctl[0], p_ctl[1], p_spec[0], p_spec[1],
+        h0[0], h0[1], y[0], y[1], end[0], end[1], gx[0], gx[1], gh0[0], gh0[1], p_ctl[0], p_ctl[1], p_spec[0], p_spec[1],
         B, L, M, nmt, nch, plan.window,
         HAS_RESETS=seg is not None, HAS_H0=h0[0] is not None, REVERSE=reverse,
         DECOUPLED=plan.decoupled, CHUNK=plan.chunk, BLOCK_M=plan.block_m, SUB=plan.sub,
@@ -347,9 +345,10 @@ class _FusedLayer(torch.autograd.Function):
         B, L, width = x.shape
         M = width // 2
         dev = x.device
-        d_y = torch.zeros_like(x) if d_y is None else d_y.contiguous()
-        d_last = tuple(torch.zeros(B, M, dtype=torch.float32, device=dev) if d is None
-                       else d.to(torch.float32).contiguous() for d in (d_last_r, d_last_i))
+        # autograd materialises an unused output's gradient as zeros: none is None here
+        d_y = d_y.contiguous()
+        d_last = (d_last_r.to(torch.float32).contiguous(),
+                  d_last_i.to(torch.float32).contiguous())
         grad_x = torch.empty_like(x)
         gh0 = (_grads.Stacked.empty(B, M, dtype=torch.float32, device=dev)
                if h0_r is not None else (None, None))
@@ -376,10 +375,6 @@ def fused_layer(x: torch.Tensor, gamma: torch.Tensor, eta: torch.Tensor, delta: 
     if cfg.inner != "loop":
         raise ValueError(f"the fused SAMU layer needs a loop-inner config, got {cfg!r}")
     h0_r, h0_i = h0 if h0 is not None else (None, None)
-    args = (LookbackPlan.of(cfg), seg, eta, delta, nu_log, theta_log, x, gamma, h0_r, h0_i)
-    tensors = [t for t in args[2:] if isinstance(t, torch.Tensor)]
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        y, last_r, last_i = _FusedLayer.apply(*args)
-    else:
-        y, last_r, last_i = _FusedLayer.forward(_grads._NoGradContext(), *args)
+    y, last_r, last_i = _grads.apply(_FusedLayer, LookbackPlan.of(cfg), seg, eta, delta, nu_log,
+                                     theta_log, x, gamma, h0_r, h0_i)
     return y, (last_r, last_i)
