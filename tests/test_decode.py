@@ -72,9 +72,10 @@ def test_width_spans_several_controller_tiles():
 def test_auto_choice_by_batch_size_and_grad():
     params = _params(200)
     x_small = torch.randn(2, 400)
-    x_big = torch.randn(decode.BLOCKED_BELOW_B, 400)
+    x_big = torch.randn(64, 400)
     assert decode.choose(x_small, params) == "blocked"
-    assert decode.choose(x_big, params) == "single"
+    assert decode.choose(x_big, params) == "blocked"     # M = 200: four mode tiles
+    assert decode.choose(torch.randn(64, 96), _params(48)) == "single"    # one tile
     assert decode.choose(x_small.double(), params) == "reference"
     assert decode.choose(x_small.requires_grad_(), params) == "reference"
     with pytest.raises(ValueError, match="no backward"):

@@ -91,26 +91,27 @@ def test_auto_layer_uses_the_rule_then_a_cached_winner(env, monkeypatch):
     monkeypatch.setattr(fused, "forward", counting)
     fwd = SMALL.model_copy(update={"backward": False, "resets": False, "initial_state": False})
     e = samu_tune.explain(fwd)
-    assert (e.strategy, e.source) == ("unfused", "rule")
+    assert (e.strategy, e.source) == ("fused", "rule")
     with torch.no_grad():
         y_rule, _ = layer(x)
-    assert calls == []
-    # a tuned winner in the cache: the fused path runs
-    res = samu_tune.tune(fwd, strategies=["fused"], reps=1, save=True)
-    assert res.winner.strategy == "fused"
+    assert calls == [1]
+    # a tuned winner in the cache (unfused, forced): the fused path no longer runs
+    res = samu_tune.tune(fwd, strategies=["unfused"], reps=1, save=True)
+    assert res.winner.strategy == "unfused"
     calls.clear()                       # the tune's own verification and timing calls
     dispatch.clear_memo()
     assert samu_tune.explain(fwd).source == "exact"
     with torch.no_grad():
-        y_fused, _ = layer(x)
-    assert calls == [1]
-    assert torch.allclose(y_fused, y_rule, rtol=1e-4, atol=1e-5)
-    # cu_seqlens: always the unfused path
-    cu = torch.tensor([0, 15, 40])
-    with torch.no_grad():
-        layer(x, cu_seqlens=cu)
-    assert calls == [1]
+        y_unfused, _ = layer(x)
+    assert calls == []
+    assert torch.allclose(y_unfused, y_rule, rtol=1e-4, atol=1e-5)
     assert cache.lookup(fwd) is not None
+    # cu_seqlens: always the unfused path, whatever the choice
+    cache.clear()
+    dispatch.clear_memo()
+    with torch.no_grad():
+        layer(x, cu_seqlens=torch.tensor([0, 15, 40]))
+    assert calls == []
 
 
 def test_shapes_file_takes_layer_entries(tmp_path):

@@ -14,8 +14,10 @@ by ``samu_tune.tune(DecodeProblem(B, M, dtype, device, initial_state))``.  ``"au
 through :func:`samu_tune.dispatch.choose` like the scan: the exact tuned key in the cache, the
 nearest tuned key in log-space of (B, M), the same two in the shipped table, the same without
 the state, then the rule (``reference`` where the kernels cannot run -- a plain CPU, float64
-x --, else ``blocked`` for ``B < BLOCKED_BELOW_B`` rows and more than one mode tile, else
-``single``).
+x --, else ``blocked`` when M spans more than one mode tile, else ``single``: tuned on the
+H200 at B = 1..256, M = 512 and 1024, ``blocked`` won at every point, by 0-3% below B = 32 and
+by 6-20% from B = 32 up (scripts/results/NVIDIA-H200/s13/decode/tune_decode.json); those
+winners are in the shipped table).
 
 Decode is host-bound (the kernel runs for a few microseconds), so the per-step host path is
 kept short (issue 7): a :class:`Decoder` (one per :class:`samu_tune.SAMU`) keeps
@@ -47,7 +49,6 @@ from .controller import unit_directions
 from .reference import SAMUParams, State, needs_grad, step_reference, write_gamma
 
 DecodeName = Literal["single", "blocked", "reference"]
-BLOCKED_BELOW_B = 32
 
 
 class DecodeConfig(BaseModel):
@@ -75,10 +76,11 @@ def kernels_available(x: torch.Tensor) -> bool:
 
 
 def rule_name(B: int, M: int) -> DecodeName:
-    """The kernel the rule picks: ``blocked`` below ``BLOCKED_BELOW_B`` rows when M spans
-    more than one mode tile of the blocked default config, else ``single``."""
+    """The kernel the rule picks: ``blocked`` when M spans more than one mode tile of the
+    blocked default config, else ``single`` (one program per row does the same work in one
+    tile).  ``B`` is not used: the H200 tuning found ``blocked`` faster at every batch size."""
     tiles = intmath.cdiv(M, default_config("blocked", M).block_m)
-    return "blocked" if B < BLOCKED_BELOW_B and tiles > 1 else "single"
+    return "blocked" if tiles > 1 else "single"
 
 
 def problem_of(x: torch.Tensor, M: int, state: Optional[State]) -> DecodeProblem:

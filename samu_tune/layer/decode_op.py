@@ -109,8 +109,8 @@ register(Strategy(
 def batch_rule(problem: DecodeProblem, eligible: list[Strategy]) -> Optional[tuple[str, str]]:
     """The untuned choice between the kernels: :func:`samu_tune.layer.decode.rule_name`."""
     name = decode.rule_name(problem.B, problem.M)
-    return name, (f"blocked below B={decode.BLOCKED_BELOW_B} with more than one mode "
-                  f"tile, else single (B={problem.B}, M={problem.M})")
+    return name, (f"blocked when M spans more than one mode tile, else single "
+                  f"(B={problem.B}, M={problem.M})")
 
 
 # ---- the op spec -----------------------------------------------------------------------------
