@@ -1,7 +1,9 @@
 """GPU benchmark of the SAMU layer and the decode step (issue 7), one run on the device.
 
-Layer (x [B, L, 2M] bf16, fp32 parameters): forward and forward+backward of
-  - ``samu_tune.SAMU`` (controller and write in torch, the tuned ``samu_tune.scan``, ReLU),
+Layer (x [B, L, 2M] bf16, fp32 parameters): forward and forward+backward (gradients of x and
+every parameter) of
+  - ``samu_tune.SAMU`` with its default ``strategy="auto"``, and forced ``"unfused"``
+    (controller and write in torch, the tuned ``samu_tune.scan``, ReLU) and ``"fused"``,
   - the same layer with the seed's default scan dispatch in place of ``samu_tune.scan``
     (the seed's own fused-write path needs its private controller cache; not timed here).
 Decode (one token, x [B, 2M] bf16, M = 512): tokens/s at B = 1, 8, 64 of ``SAMU.step``
@@ -56,9 +58,10 @@ def layer_rows(rep_ms):
         torch.manual_seed(0)
         layer = samu_tune.SAMU(M, device="cuda")
         x = torch.randn(B, L, 2 * M, device="cuda", dtype=torch.bfloat16)
-
-        def ours(inp):
-            return layer(inp)[0]
+        modules = {}
+        for strategy in ("unfused", "fused"):
+            modules[strategy] = samu_tune.SAMU(M, device="cuda", strategy=strategy)
+            modules[strategy].load_state_dict(layer.state_dict())
 
         def seed_layer(inp):
             p = layer.params()
@@ -68,17 +71,17 @@ def layer_rows(rep_ms):
                                                       br, bi)[:2]
             return torch.relu(torch.cat([hr, hi], dim=-1))
 
-        fused_layer = samu_tune.SAMU(M, device="cuda", strategy="fused")
-        fused_layer.load_state_dict(layer.state_dict())
+        def unfused(inp):
+            return modules["unfused"](inp)[0]
 
-        def fused(inp):   # forward without gradients fused; training takes the unfused path
-            return fused_layer(inp)[0]
-
-        variants = [("samu_tune.SAMU (default strategy: auto)", ours),
-                    ("samu_tune.SAMU (fused forward)", fused)]
+        # each variant with the module whose parameters its training step differentiates
+        variants = [("samu_tune.SAMU (default strategy: auto)", lambda inp: layer(inp)[0], layer),
+                    ("samu_tune.SAMU (strategy: unfused)", unfused, modules["unfused"]),
+                    ("samu_tune.SAMU (strategy: fused)", lambda inp: modules["fused"](inp)[0],
+                     modules["fused"])]
         if seed is not None:
-            variants.append(("our controller + seed default scan", seed_layer))
-        for name, fn in variants:
+            variants.append(("our controller + seed default scan", seed_layer, layer))
+        for name, fn, module in variants:
             row = {"name": name, "shape": [B, L, M]}
             try:
                 t0 = time.perf_counter()
@@ -88,16 +91,17 @@ def layer_rows(rep_ms):
                 row["first_s"] = time.perf_counter() - t0
                 with torch.no_grad():
                     row["max_abs_diff_vs_unfused"] = float(
-                        (fn(x).float() - ours(x).float()).abs().max())
+                        (fn(x).float() - unfused(x).float()).abs().max())
                 with torch.no_grad():
                     row["forward_ms"] = _bench(lambda: fn(x), rep_ms)
                 xg = x.detach().requires_grad_(True)
-                leaves = [xg, *layer.parameters()]
+                leaves = [xg, *module.parameters()]
                 g = torch.randn(B, L, 2 * M, device="cuda", dtype=torch.bfloat16)
 
                 def train():
-                    torch.autograd.grad(fn(xg), leaves, g, allow_unused=True)
-                train()
+                    return torch.autograd.grad(fn(xg), leaves, g, allow_unused=True)
+                # 0 for every variant: each differentiates x and all of its module's parameters
+                row["leaves_without_grad"] = sum(gr is None for gr in train())
                 row["train_ms"] = _bench(train, rep_ms)
                 row["tokens_per_s_train"] = B * L / (row["train_ms"] * 1e-3)
             except Exception as exc:
