@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -49,13 +50,16 @@ CONFIGS = [LookbackConfig(chunk=c, block_m=m, num_warps=w, lookback=mode, window
 
 def parse_config(spec: str) -> LookbackConfig:
     """``16x128x2x4`` (chunk x block_m x warps x sub; sub optional), with trailing letters:
-    ``c`` chained look-back, ``l`` loop-inner (``64x512x4l``, ``64x512x4cl``)."""
-    body = spec.rstrip("cl")
-    flags = spec[len(body):]
+    ``c`` chained look-back, ``l`` loop-inner (``64x512x4l``, ``64x512x4cl``), then an
+    optional ``r2``: two rows per loop step (``32x512x4lr2``)."""
+    m = re.fullmatch(r"([\dx]+?)([cl]*)(?:r(\d))?", spec)
+    if m is None:
+        raise ValueError(f"bad config spec {spec!r}")
+    body, flags, rows = m.groups()
     vals = [int(v) for v in body.split("x")] + [1]
     return LookbackConfig(chunk=vals[0], block_m=vals[1], num_warps=vals[2], sub=vals[3],
                           lookback="chained" if "c" in flags else "decoupled",
-                          inner="loop" if "l" in flags else "tile")
+                          inner="loop" if "l" in flags else "tile", rows=int(rows or 1))
 
 
 def kernel_ms(step, fn, n: int = 10) -> float:
