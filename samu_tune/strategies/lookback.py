@@ -52,10 +52,11 @@ _LOOP_LANES_PER_THREAD = (2, 4, 8)
 _LOOP_WARPS = (2, 4)
 # rows per walk step (``rows`` 2: both rows' loads issued together, then the two dependent
 # steps: twice the bytes in flight per program) at 2 and 4 lanes per thread, chunks up to 64
-# (8 more configs).  ptxas for sm_90 (Triton 3.9, bf16, M % 8 == 0), rows 1 -> 2: 2 lanes
-# forward 56 -> 72 registers, backward 64 -> 96; 4 lanes 92 -> 113, 114 -> 128; no spills
-# (8 lanes: 160 -> 167, 186 -> 212, left out).  The fused layer at 4 lanes: forward 96 -> 122,
-# backward 123 -> 166 (scripts/results/cpu-ptxas/lookback_loop_rows_sm90.txt).
+# (8 more configs).  ptxas for sm_90 (Triton 3.6, bf16, M % 8 == 0), rows 1 -> 2: 2 lanes
+# forward 48 -> 72 registers, backward 64 -> 121; 4 lanes forward 88 -> 114, backward
+# 96 -> 151 (fewer resident programs: the tuner weighs it); no spills.  8 lanes (160 -> 167,
+# 186 -> 212 with Triton 3.9) left out.  The fused layer at 4 lanes: forward 96 -> 124,
+# backward 114 -> 182 (scripts/results/cpu-ptxas/lookback_loop_rows_sm90.txt).
 _LOOP_ROWS2_LANES = (2, 4)
 _LOOP_ROWS2_MAX_CHUNK = 64
 
