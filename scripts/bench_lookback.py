@@ -1,7 +1,7 @@
 """Quick GPU timing of ``lookback`` configs against ``serial`` at the long-L shapes.
 
     python scripts/bench_lookback.py [--out DIR] [--shapes 8x8192x1024,...] [--all]
-        [--configs CHUNKxBLOCK_MxWARPS[xSUB][c][l],...] [--warm N]
+        [--configs CHUNKxBLOCK_MxWARPS[xSUB][c][l][r2],...] [--warm N]
 
 For each shape (bf16 data, fp32 controls) and config: a correctness check against the serial
 strategy (relative norm, bf16 tolerances, forward and gradients), then forward and
@@ -10,7 +10,8 @@ samu_tune.timing) and the fraction of copy bandwidth: forward moves 4 arrays of 
 (read br, bi; write real, imag), forward+backward about 10.  First-call seconds (compile)
 are reported too, and the GPU kernel time of one step (sum of the kernels' device times
 under torch.profiler: no host time) beside the event time.  ``--configs`` picks configs (a
-trailing ``c``: chained look-back, ``l``: loop-inner, both: ``cl``); ``--warm N`` compiles them first in N processes (Triton's
+trailing ``c``: chained look-back, ``l``: loop-inner, both: ``cl``; then ``r2``: two rows per
+loop step); ``--warm N`` compiles them first in N processes (Triton's
 disk cache is shared).  Writes DIR/bench_lookback.json when --out is given.
 """
 from __future__ import annotations

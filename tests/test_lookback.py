@@ -310,8 +310,9 @@ def _cuda_inputs(problem, seed, reset_rate=0.002):
     LookbackConfig(chunk=32, block_m=64, num_warps=2, inner="loop"),
     LookbackConfig(chunk=64, block_m=64, num_warps=2, lookback="chained", window=8,
                    inner="loop"),
+    LookbackConfig(chunk=32, block_m=256, num_warps=2, inner="loop", rows=2),
 ], ids=lambda c: f"{c.lookback}{c.window}-c{c.chunk}x{c.sub}-m{c.block_m}-w{c.num_warps}"
-                 f"-{c.inner}")
+                 f"-{c.inner}-r{c.rows}")
 def test_gpu_race_stress(cfg):
     """Thousands of chunks, repeated: every run close to serial (forward and backward), chained
     runs bitwise identical.  A lost or reordered publication reads an unwritten payload
