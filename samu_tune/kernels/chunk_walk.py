@@ -17,6 +17,11 @@ chunk family): TABLE reads a token's (e^eta, cos delta, sin delta) from a precom
 (no per-thread libdevice trig, whose range-reduction branch blocks load hoisting), PREFETCH
 issues step r+1's loads (row, controls, backward's h[t-1]) into registers before step r's
 arithmetic and stores: one extra row in flight per program, and no shared-memory staging.
+ROWS = 2 walks two rows per loop step, the loads of both issued together (two rows in flight
+per program).  Not a deeper prefetch: in the sm_90 SASS the loop-carried registers are
+copied from the freshly loaded ones at the loop's back edge (or the next step's top), and a
+copy waits for its load, so loads issued more than one step ahead would be waited for after
+one step anyway.
 """
 import triton
 import triton.language as tl
