@@ -29,6 +29,8 @@ CHAINED = SMALL.model_copy(update={"lookback": "chained"})
 # loop-inner: the chunk's 16 rows walked one at a time on [16] vectors
 LOOP = SMALL.model_copy(update={"inner": "loop"})
 LOOP_CHAINED = CHAINED.model_copy(update={"inner": "loop"})
+# two rows per walk step (an odd last row walked after the loop)
+LOOP_ROWS2 = LOOP.model_copy(update={"rows": 2})
 
 
 def _run(plan):
@@ -99,12 +101,17 @@ def test_sub_tiles_per_chunk(plan):
     LookbackPlan.of(LOOP_CHAINED),
     LookbackPlan.of(LOOP_CHAINED, window=2),
     LookbackPlan.of(LOOP.model_copy(update={"sub": 2}), window=2),
+    LookbackPlan.of(LOOP_ROWS2),
+    LookbackPlan.of(LOOP_ROWS2, window=3),
+    LookbackPlan.of(LOOP_CHAINED.model_copy(update={"rows": 2})),
 ], ids=["loop", "loop-aggregates-every-3", "loop-chained", "loop-chained-window-2",
-        "loop-sub2-aggregates-every-2"])
+        "loop-sub2-aggregates-every-2", "loop-rows2", "loop-rows2-aggregates-every-3",
+        "loop-rows2-chained"])
 def test_loop_inner(plan):
     # as test_many_chunks_ragged_L_and_mode_tiles, rows walked: L = 70 (5 chunks of 16, 3 of
-    # 32 with sub 2, the last ragged), M = 37 (3 mode tiles, the last ragged); resets inside
-    # chunks, on chunk boundaries and at t = 0 (row 1), initial and final state
+    # 32 with sub 2, the last ragged: 6 rows, and L = 45, 37 below: an odd last chunk for
+    # rows 2), M = 37 (3 mode tiles, the last ragged); resets inside chunks, on chunk
+    # boundaries and at t = 0 (row 1), initial and final state
     problem = _problem(2, 70, 37, dtype="float32", resets=True, initial_state=True,
                        final_state=True)
     inputs = random_inputs(problem, seed=8)
@@ -123,12 +130,15 @@ def test_loop_inner(plan):
     _check(plan, problem, seed=10)
 
 
-def test_loop_inner_gradient_through_the_final_state_only_and_tiles_agree():
-    problem = _problem(2, 40, 6, dtype="float32", resets=True, initial_state=True,
+@pytest.mark.parametrize("loop_cfg", [LOOP, LOOP_ROWS2], ids=["rows1", "rows2"])
+def test_loop_inner_gradient_through_the_final_state_only_and_tiles_agree(loop_cfg):
+    # L = 41: the last chunk has 9 rows (odd: rows 2 walks its last row after the loop)
+    problem = _problem(2, 41, 6, dtype="float32", resets=True, initial_state=True,
                        final_state=True)
     inputs = random_inputs(problem, seed=4, reset_rate=0.05)
     tile = _grads(_run(LookbackPlan.of(SMALL, window=2)), inputs, weights=(0.0, 0.0, 1.0, -2.0))
-    loop = _grads(_run(LookbackPlan.of(LOOP, window=2)), inputs, weights=(0.0, 0.0, 1.0, -2.0))
+    loop = _grads(_run(LookbackPlan.of(loop_cfg, window=2)), inputs,
+                  weights=(0.0, 0.0, 1.0, -2.0))
     for a, b in zip(tile, loop):
         torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-5)
     assert any(float(g.abs().max()) > 0 for g in loop[4:])
@@ -138,8 +148,12 @@ def test_loop_inner_config_space():
     strat = registry.get("lookback")
     big = strat.configs(_problem(8, 8192, 1024))
     loops = [c for c in big if c.inner == "loop"]
-    assert 10 <= len(loops) <= 20, len(loops)
+    assert 10 <= len(loops) <= 26, len(loops)
     assert all(c.sub == 1 and c.lookback == "decoupled" and c.window == 1 for c in loops)
+    two = [c for c in loops if c.rows == 2]
+    assert two and all(c.block_m // (32 * c.num_warps) in lb._LOOP_ROWS2_LANES
+                       and c.chunk <= lb._LOOP_ROWS2_MAX_CHUNK for c in two)
+    assert all(c.rows == 1 for c in big if c.inner == "tile")
     assert {c.chunk for c in loops} == set(lb._LOOP_CHUNKS)
     assert all(c.block_m // (32 * c.num_warps) in lb._LOOP_LANES_PER_THREAD for c in loops)
     tiles = [c for c in big if c.inner == "tile"]
@@ -296,8 +310,9 @@ def _cuda_inputs(problem, seed, reset_rate=0.002):
     LookbackConfig(chunk=32, block_m=64, num_warps=2, inner="loop"),
     LookbackConfig(chunk=64, block_m=64, num_warps=2, lookback="chained", window=8,
                    inner="loop"),
+    LookbackConfig(chunk=32, block_m=256, num_warps=2, inner="loop", rows=2),
 ], ids=lambda c: f"{c.lookback}{c.window}-c{c.chunk}x{c.sub}-m{c.block_m}-w{c.num_warps}"
-                 f"-{c.inner}")
+                 f"-{c.inner}-r{c.rows}")
 def test_gpu_race_stress(cfg):
     """Thousands of chunks, repeated: every run close to serial (forward and backward), chained
     runs bitwise identical.  A lost or reordered publication reads an unwritten payload
@@ -366,3 +381,32 @@ def test_a_new_shape_does_not_recompile(cfg):
     # none when an earlier test compiled it), then no more
     assert counts[1] - counts[0] in ((0, 2) if cfg.inner == "loop" else (0,)), counts
     assert all(c == counts[1] for c in counts[2:]), counts
+
+
+def test_fused_layer_rows2_matches_rows1():
+    # the fused SAMU layer kernels (write x * gamma in, relu(cat(Re h, Im h)) out, backward's
+    # relu mask and d gamma) with two rows per walk step against one (checked against the
+    # float64 layer in tests/test_layer.py): L = 37 (last chunk 5 rows, odd), M = 20 (two
+    # mode tiles, the last ragged), resets, h0, every gradient
+    B, L, M = 2, 37, 20
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(B, L, 2 * M, generator=g)
+    gamma = torch.rand(M, generator=g) + 0.5
+    eta, delta = 0.3 * torch.randn(B, L, generator=g), 0.3 * torch.randn(B, L, generator=g)
+    nu_log, theta_log = 0.5 * torch.randn(M, generator=g), torch.randn(M, generator=g)
+    h0 = (torch.randn(B, M, generator=g), torch.randn(B, M, generator=g))
+    seg = torch.arange(L, dtype=torch.int32).repeat(B, 1) + 3
+    seg[0, 20:] = torch.arange(L - 20, dtype=torch.int32)
+    up = torch.randn(B, L, 2 * M, generator=g)
+
+    def run(cfg):
+        leaves = [t.clone().requires_grad_(True)
+                  for t in (x, gamma, eta, delta, nu_log, theta_log, *h0)]
+        y, (fr, fi) = lb.fused_layer(*leaves[:6], cfg, seg=seg, h0=tuple(leaves[6:]))
+        ((y * up).sum() + fr.sum() - 2 * fi.sum()).backward()
+        return [y, fr, fi] + [t.grad for t in leaves]
+
+    one, two = run(LOOP), run(LOOP_ROWS2)
+    for a, b in zip(one, two):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+    assert all(float(t.detach().abs().max()) > 0 for t in one)

@@ -17,6 +17,11 @@ chunk family): TABLE reads a token's (e^eta, cos delta, sin delta) from a precom
 (no per-thread libdevice trig, whose range-reduction branch blocks load hoisting), PREFETCH
 issues step r+1's loads (row, controls, backward's h[t-1]) into registers before step r's
 arithmetic and stores: one extra row in flight per program, and no shared-memory staging.
+ROWS = 2 walks two rows per loop step, the loads of both issued together (two rows in flight
+per program).  Not a deeper prefetch: in the sm_90 SASS the loop-carried registers are
+copied from the freshly loaded ones at the loop's back edge (or the next step's top), and a
+copy waits for its load, so loads issued more than one step ahead would be waited for after
+one step anyway.
 """
 import triton
 import triton.language as tl
@@ -134,17 +139,36 @@ def _first_map(eta_ptr, delta_ptr, seg_ptr, row, start, L, nu, cos_theta, sin_th
 
 
 @triton.jit
+def _summary_step(pr, pi, qr, qi, nr, ni, xr, xi, c0, c1, c2, nu, cos_theta, sin_theta,
+                  HAS_RESETS: tl.constexpr, REVERSE: tl.constexpr, TABLE: tl.constexpr):
+    """One row of the summary: (P, Q) <- (T P, T Q + x), T = A[t] forward, conj(A[t+1])
+    backward ((nr, ni) carries the previous step's A[t+1]; unused forward).  Returns
+    (pr, pi, qr, qi, nr, ni), [BLOCK_M] each."""
+    ar, ai, _lr = _transition_of(c0, c1, c2, nu, cos_theta, sin_theta, HAS_RESETS, TABLE)
+    if REVERSE:
+        tr, ti = nr, -ni
+        nr, ni = ar, ai
+    else:
+        tr, ti = ar, ai
+    pr, pi = cmul(tr, ti, pr, pi)
+    qr, qi = cmul(tr, ti, qr, qi)
+    return pr, pi, qr + xr.to(tl.float32), qi + xi.to(tl.float32), nr, ni
+
+
+@triton.jit
 def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, lane, mask, nu,
                  cos_theta, sin_theta, HAS_RESETS: tl.constexpr, REVERSE: tl.constexpr,
                  CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, NUM_STAGES: tl.constexpr,
                  TABLE: tl.constexpr = False, PREFETCH: tl.constexpr = False,
-                 FUSED: tl.constexpr = False, gamma=None, h_r_ptr=None, h_i_ptr=None):
+                 FUSED: tl.constexpr = False, gamma=None, h_r_ptr=None, h_i_ptr=None,
+                 ROWS: tl.constexpr = 1):
     """The chunk's map z -> P z + Q: (Pr, Pi, Qr, Qi), [BLOCK_M] each.
 
     TABLE: the controls come from the control table at ``eta_ptr`` (:func:`_controls_at`).
-    PREFETCH: step r+1's loads are issued before step r's arithmetic (held in registers one
-    step: two rows in flight per program without Triton's pipeliner; see the module
-    docstring).  FUSED, gamma: the SAMU layer fused (:func:`_row_loads`; backward reads the
+    PREFETCH: the next loop step's loads are issued before this step's arithmetic (held in
+    registers one step; see the module docstring).  ROWS (1 or 2): rows per loop step, their
+    loads issued together (ROWS rows in flight per program; an odd last row is walked after
+    the loop).  FUSED, gamma: the SAMU layer fused (:func:`_row_loads`; backward reads the
     relu mask from the saved states at h_r_ptr, h_i_ptr)."""
     start = c * CHUNK
     n = tl.minimum(CHUNK, L - start)
@@ -155,35 +179,125 @@ def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, la
     if REVERSE:
         nr, ni = _first_map(eta_ptr, delta_ptr, seg_ptr, row, start, L, nu, cos_theta,
                             sin_theta, HAS_RESETS, TABLE)
+    else:
+        nr, ni = pi, pi                 # unused forward (loop-invariant: folded away)
     if PREFETCH:
-        xr_n, xi_n, c0_n, c1_n, c2_n, _hr, _hi = _row_loads(
+        # the first step's rows (the second clamped into the chunk: in bounds, maybe unused)
+        xr_a, xi_a, c0_a, c1_a, c2_a, _hr, _hi = _row_loads(
             eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
             _time(start, 0, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, False, FUSED,
             gamma, REVERSE)
-    for r in tl.range(0, n, num_stages=NUM_STAGES):
-        if PREFETCH:
-            xr, xi, c0, c1, c2 = xr_n, xi_n, c0_n, c1_n, c2_n
-            # the last step reloads itself (in bounds, unused)
-            xr_n, xi_n, c0_n, c1_n, c2_n, _hr, _hi = _row_loads(
+        if ROWS == 2:
+            xr_b, xi_b, c0_b, c1_b, c2_b, _hr, _hi = _row_loads(
                 eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
-                _time(start, tl.minimum(r + 1, n - 1), L, REVERSE), M, lane, mask, HAS_RESETS,
+                _time(start, tl.minimum(1, n - 1), L, REVERSE), M, lane, mask, HAS_RESETS,
                 TABLE, False, FUSED, gamma, REVERSE)
+    for k in tl.range(0, n // ROWS, num_stages=NUM_STAGES):
+        r = k * ROWS
+        if PREFETCH:
+            xr, xi, c0, c1, c2 = xr_a, xi_a, c0_a, c1_a, c2_a
+            # the next step's rows, clamped into the chunk (the last step reloads rows of
+            # its own, unused; with ROWS 2 and n odd the first is the odd last row)
+            xr_a, xi_a, c0_a, c1_a, c2_a, _hr, _hi = _row_loads(
+                eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
+                _time(start, tl.minimum(r + ROWS, n - 1), L, REVERSE), M, lane, mask,
+                HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE)
+            if ROWS == 2:
+                xr2, xi2, c02, c12, c22 = xr_b, xi_b, c0_b, c1_b, c2_b
+                xr_b, xi_b, c0_b, c1_b, c2_b, _hr, _hi = _row_loads(
+                    eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
+                    _time(start, tl.minimum(r + 3, n - 1), L, REVERSE), M, lane, mask,
+                    HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE)
         else:
             xr, xi, c0, c1, c2, _hr, _hi = _row_loads(
                 eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
                 _time(start, r, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, False, FUSED,
                 gamma, REVERSE)
-        ar, ai, _lr = _transition_of(c0, c1, c2, nu, cos_theta, sin_theta, HAS_RESETS, TABLE)
-        if REVERSE:
-            tr, ti = nr, -ni
-            nr, ni = ar, ai
-        else:
-            tr, ti = ar, ai
-        pr, pi = cmul(tr, ti, pr, pi)
-        qr, qi = cmul(tr, ti, qr, qi)
-        qr += xr.to(tl.float32)
-        qi += xi.to(tl.float32)
+            if ROWS == 2:
+                xr2, xi2, c02, c12, c22, _hr, _hi = _row_loads(
+                    eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
+                    _time(start, r + 1, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, False,
+                    FUSED, gamma, REVERSE)
+        pr, pi, qr, qi, nr, ni = _summary_step(pr, pi, qr, qi, nr, ni, xr, xi, c0, c1, c2, nu,
+                                               cos_theta, sin_theta, HAS_RESETS, REVERSE, TABLE)
+        if ROWS == 2:
+            pr, pi, qr, qi, nr, ni = _summary_step(pr, pi, qr, qi, nr, ni, xr2, xi2, c02, c12,
+                                                   c22, nu, cos_theta, sin_theta, HAS_RESETS,
+                                                   REVERSE, TABLE)
+    if ROWS == 2:
+        if n % 2 != 0:
+            # the odd last row (prefetched into the first slot)
+            if PREFETCH:
+                xr, xi, c0, c1, c2 = xr_a, xi_a, c0_a, c1_a, c2_a
+            else:
+                xr, xi, c0, c1, c2, _hr, _hi = _row_loads(
+                    eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
+                    _time(start, n - 1, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, False,
+                    FUSED, gamma, REVERSE)
+            pr, pi, qr, qi, nr, ni = _summary_step(pr, pi, qr, qi, nr, ni, xr, xi, c0, c1, c2,
+                                                   nu, cos_theta, sin_theta, HAS_RESETS,
+                                                   REVERSE, TABLE)
     return pr, pi, qr, qi
+
+
+@triton.jit
+def _replay_step(sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr, xi, c0, c1, c2, hr, hi, t,
+                 tok, M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i, gamma, y_r_ptr, y_i_ptr,
+                 h_r_ptr, h_i_ptr, g_eta_ptr, g_delta_ptr, n_mblocks, mb, xw_ptr,
+                 HAS_RESETS: tl.constexpr, REVERSE: tl.constexpr, ATOMIC: tl.constexpr,
+                 TABLE: tl.constexpr, FUSED: tl.constexpr, SAVE_H: tl.constexpr):
+    """One row of the replay at time t (token ``tok``) from the row's loads (:func:`_row_loads`):
+    the state update, its stores and (backward) the row's gradients.  Returns (sr, si, nr, ni,
+    acc_nu, acc_delta, acc_gamma), [BLOCK_M] each ((nr, ni): A[t+1] backward, unused forward;
+    h0r, h0i: backward's h[-1])."""
+    off = tok * M + lane
+    ar, ai, log_radius = _transition_of(c0, c1, c2, nu, cos_theta, sin_theta, HAS_RESETS, TABLE)
+    if REVERSE:
+        sr, si = cmul_conj(nr, ni, sr, si)          # g[t] = conj(A[t+1]) g[t+1] + dout[t]
+        nr, ni = ar, ai
+    else:
+        sr, si = cmul(ar, ai, sr, si)               # h[t] = A[t] h[t-1] + b[t]
+    sr += xr.to(tl.float32)
+    si += xi.to(tl.float32)
+    if FUSED:
+        yoff = tok * (2 * M) + lane
+        if REVERSE:
+            # grad x = g gamma (the write's derivative), d gamma += g . x
+            tl.store(y_r_ptr + yoff, (sr * gamma).to(y_r_ptr.dtype.element_ty), mask=mask)
+            tl.store(y_i_ptr + yoff, (si * gamma).to(y_i_ptr.dtype.element_ty), mask=mask)
+            xwr = tl.load(xw_ptr + yoff, mask=mask, other=0.0).to(tl.float32)
+            xwi = tl.load(xw_ptr + M + yoff, mask=mask, other=0.0).to(tl.float32)
+            acc_gamma += sr * xwr + si * xwi
+        else:
+            # relu before the cast (the same value: rounding keeps the sign)
+            tl.store(y_r_ptr + yoff, tl.maximum(sr, 0.0).to(y_r_ptr.dtype.element_ty),
+                     mask=mask)
+            tl.store(y_i_ptr + yoff, tl.maximum(si, 0.0).to(y_i_ptr.dtype.element_ty),
+                     mask=mask)
+            if SAVE_H:
+                tl.store(h_r_ptr + off, sr.to(h_r_ptr.dtype.element_ty), mask=mask)
+                tl.store(h_i_ptr + off, si.to(h_i_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.store(y_r_ptr + off, sr.to(y_r_ptr.dtype.element_ty), mask=mask)
+        tl.store(y_i_ptr + off, si.to(y_i_ptr.dtype.element_ty), mask=mask)
+    if REVERSE:
+        # h[t-1] from the saved outputs; h0 or 0 at t = 0
+        hr = tl.where(t > 0, hr.to(tl.float32), h0r)
+        hi = tl.where(t > 0, hi.to(tl.float32), h0i)
+        d_eta, d_delta = transition_gradients(sr, si, hr, hi, ar, ai, log_radius)
+        d_eta = tl.where(mask, d_eta, 0.0)
+        d_delta = tl.where(mask, d_delta, 0.0)
+        # both sums in one reduction: one round of CTA barriers per step, not two
+        s_eta, s_delta = tl.reduce((d_eta, d_delta), 0, _add_pair)
+        if ATOMIC:
+            tl.atomic_add(g_eta_ptr + tok, s_eta)
+            tl.atomic_add(g_delta_ptr + tok, s_delta)
+        else:
+            tl.store(g_eta_ptr + tok * n_mblocks + mb, s_eta)
+            tl.store(g_delta_ptr + tok * n_mblocks + mb, s_delta)
+        acc_nu += d_eta
+        acc_delta += d_delta
+    return sr, si, nr, ni, acc_nu, acc_delta, acc_gamma
 
 
 @triton.jit
@@ -194,12 +308,12 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
                 ATOMIC: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
                 NUM_STAGES: tl.constexpr, TABLE: tl.constexpr = False,
                 PREFETCH: tl.constexpr = False, FUSED: tl.constexpr = False, gamma=None,
-                SAVE_H: tl.constexpr = False, xw_ptr=None):
+                SAVE_H: tl.constexpr = False, xw_ptr=None, ROWS: tl.constexpr = 1):
     """Walk the chunk from the carry-in (sr, si), storing every state into y.
 
     Backward also stores per-token control gradients (summed over the tile's modes) and grad
     h0, and returns the chunk's per-mode sums (d nu_log, d delta) as [BLOCK_M] each (the caller
-    multiplies the latter by theta).  Forward returns zeros.  TABLE, PREFETCH: as in
+    multiplies the latter by theta).  Forward returns zeros.  TABLE, PREFETCH, ROWS: as in
     :func:`walk_summary` (the prefetched loads are issued before the step's stores too, which
     the compiler could not move them above: it cannot tell that y and x do not alias).
     FUSED, gamma: the SAMU layer fused (see :func:`_row_loads`).  Forward: y is the layer
@@ -223,73 +337,72 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
         else:
             h0r = tl.zeros((BLOCK_M,), tl.float32)
             h0i = tl.zeros((BLOCK_M,), tl.float32)
+    else:
+        # unused forward (loop-invariant: folded away)
+        nr, ni, h0r, h0i = acc_nu, acc_nu, acc_nu, acc_nu
     if PREFETCH:
-        xr_n, xi_n, c0_n, c1_n, c2_n, hr_n, hi_n = _row_loads(
+        # the first step's rows (the second clamped into the chunk: in bounds, maybe unused)
+        xr_a, xi_a, c0_a, c1_a, c2_a, hr_a, hi_a = _row_loads(
             eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
             _time(start, 0, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, REVERSE, FUSED, gamma,
             REVERSE)
-    for r in tl.range(0, n, num_stages=NUM_STAGES):
-        t = _time(start, r, L, REVERSE)
-        tok = row + t
-        off = tok * M + lane
-        if PREFETCH:
-            xr, xi, c0, c1, c2, hr, hi = xr_n, xi_n, c0_n, c1_n, c2_n, hr_n, hi_n
-            # the last step reloads itself (in bounds, unused)
-            xr_n, xi_n, c0_n, c1_n, c2_n, hr_n, hi_n = _row_loads(
+        if ROWS == 2:
+            xr_b, xi_b, c0_b, c1_b, c2_b, hr_b, hi_b = _row_loads(
                 eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
-                _time(start, tl.minimum(r + 1, n - 1), L, REVERSE), M, lane, mask, HAS_RESETS,
+                _time(start, tl.minimum(1, n - 1), L, REVERSE), M, lane, mask, HAS_RESETS,
                 TABLE, REVERSE, FUSED, gamma, REVERSE)
+    for k in tl.range(0, n // ROWS, num_stages=NUM_STAGES):
+        r = k * ROWS
+        t = _time(start, r, L, REVERSE)
+        if PREFETCH:
+            xr, xi, c0, c1, c2, hr, hi = xr_a, xi_a, c0_a, c1_a, c2_a, hr_a, hi_a
+            # the next step's rows, clamped into the chunk (see walk_summary)
+            xr_a, xi_a, c0_a, c1_a, c2_a, hr_a, hi_a = _row_loads(
+                eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
+                _time(start, tl.minimum(r + ROWS, n - 1), L, REVERSE), M, lane, mask,
+                HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE)
+            if ROWS == 2:
+                xr2, xi2, c02, c12, c22, hr2, hi2 = xr_b, xi_b, c0_b, c1_b, c2_b, hr_b, hi_b
+                xr_b, xi_b, c0_b, c1_b, c2_b, hr_b, hi_b = _row_loads(
+                    eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
+                    _time(start, tl.minimum(r + 3, n - 1), L, REVERSE), M, lane, mask,
+                    HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE)
         else:
             xr, xi, c0, c1, c2, hr, hi = _row_loads(
                 eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row, t, M,
                 lane, mask, HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE)
-        ar, ai, log_radius = _transition_of(c0, c1, c2, nu, cos_theta, sin_theta, HAS_RESETS,
-                                            TABLE)
-        if REVERSE:
-            sr, si = cmul_conj(nr, ni, sr, si)          # g[t] = conj(A[t+1]) g[t+1] + dout[t]
-            nr, ni = ar, ai
-        else:
-            sr, si = cmul(ar, ai, sr, si)               # h[t] = A[t] h[t-1] + b[t]
-        sr += xr.to(tl.float32)
-        si += xi.to(tl.float32)
-        if FUSED:
-            yoff = tok * (2 * M) + lane
-            if REVERSE:
-                # grad x = g gamma (the write's derivative), d gamma += g . x
-                tl.store(y_r_ptr + yoff, (sr * gamma).to(y_r_ptr.dtype.element_ty), mask=mask)
-                tl.store(y_i_ptr + yoff, (si * gamma).to(y_i_ptr.dtype.element_ty), mask=mask)
-                xwr = tl.load(xw_ptr + yoff, mask=mask, other=0.0).to(tl.float32)
-                xwi = tl.load(xw_ptr + M + yoff, mask=mask, other=0.0).to(tl.float32)
-                acc_gamma += sr * xwr + si * xwi
+            if ROWS == 2:
+                xr2, xi2, c02, c12, c22, hr2, hi2 = _row_loads(
+                    eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
+                    _time(start, r + 1, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, REVERSE,
+                    FUSED, gamma, REVERSE)
+        sr, si, nr, ni, acc_nu, acc_delta, acc_gamma = _replay_step(
+            sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr, xi, c0, c1, c2, hr, hi, t, row + t,
+            M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i, gamma, y_r_ptr, y_i_ptr, h_r_ptr,
+            h_i_ptr, g_eta_ptr, g_delta_ptr, n_mblocks, mb, xw_ptr, HAS_RESETS, REVERSE, ATOMIC,
+            TABLE, FUSED, SAVE_H)
+        if ROWS == 2:
+            t2 = _time(start, r + 1, L, REVERSE)
+            sr, si, nr, ni, acc_nu, acc_delta, acc_gamma = _replay_step(
+                sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr2, xi2, c02, c12, c22, hr2, hi2,
+                t2, row + t2, M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i, gamma, y_r_ptr,
+                y_i_ptr, h_r_ptr, h_i_ptr, g_eta_ptr, g_delta_ptr, n_mblocks, mb, xw_ptr,
+                HAS_RESETS, REVERSE, ATOMIC, TABLE, FUSED, SAVE_H)
+    if ROWS == 2:
+        if n % 2 != 0:
+            # the odd last row (prefetched into the first slot)
+            t = _time(start, n - 1, L, REVERSE)
+            if PREFETCH:
+                xr, xi, c0, c1, c2, hr, hi = xr_a, xi_a, c0_a, c1_a, c2_a, hr_a, hi_a
             else:
-                # relu before the cast (the same value: rounding keeps the sign)
-                tl.store(y_r_ptr + yoff, tl.maximum(sr, 0.0).to(y_r_ptr.dtype.element_ty),
-                         mask=mask)
-                tl.store(y_i_ptr + yoff, tl.maximum(si, 0.0).to(y_i_ptr.dtype.element_ty),
-                         mask=mask)
-                if SAVE_H:
-                    tl.store(h_r_ptr + off, sr.to(h_r_ptr.dtype.element_ty), mask=mask)
-                    tl.store(h_i_ptr + off, si.to(h_i_ptr.dtype.element_ty), mask=mask)
-        else:
-            tl.store(y_r_ptr + off, sr.to(y_r_ptr.dtype.element_ty), mask=mask)
-            tl.store(y_i_ptr + off, si.to(y_i_ptr.dtype.element_ty), mask=mask)
-        if REVERSE:
-            # h[t-1] from the saved outputs; h0 or 0 at t = 0
-            hr = tl.where(t > 0, hr.to(tl.float32), h0r)
-            hi = tl.where(t > 0, hi.to(tl.float32), h0i)
-            d_eta, d_delta = transition_gradients(sr, si, hr, hi, ar, ai, log_radius)
-            d_eta = tl.where(mask, d_eta, 0.0)
-            d_delta = tl.where(mask, d_delta, 0.0)
-            # both sums in one reduction: one round of CTA barriers per step, not two
-            s_eta, s_delta = tl.reduce((d_eta, d_delta), 0, _add_pair)
-            if ATOMIC:
-                tl.atomic_add(g_eta_ptr + tok, s_eta)
-                tl.atomic_add(g_delta_ptr + tok, s_delta)
-            else:
-                tl.store(g_eta_ptr + tok * n_mblocks + mb, s_eta)
-                tl.store(g_delta_ptr + tok * n_mblocks + mb, s_delta)
-            acc_nu += d_eta
-            acc_delta += d_delta
+                xr, xi, c0, c1, c2, hr, hi = _row_loads(
+                    eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row, t, M,
+                    lane, mask, HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE)
+            sr, si, nr, ni, acc_nu, acc_delta, acc_gamma = _replay_step(
+                sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr, xi, c0, c1, c2, hr, hi, t,
+                row + t, M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i, gamma, y_r_ptr,
+                y_i_ptr, h_r_ptr, h_i_ptr, g_eta_ptr, g_delta_ptr, n_mblocks, mb, xw_ptr,
+                HAS_RESETS, REVERSE, ATOMIC, TABLE, FUSED, SAVE_H)
     if REVERSE:
         if HAS_H0:
             if start + n == L:

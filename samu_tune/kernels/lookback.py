@@ -221,7 +221,7 @@ def lookback_scan(
     HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
     DECOUPLED: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, SUB: tl.constexpr,
     LOOP: tl.constexpr, M_ALIGN: tl.constexpr = 1, FUSED: tl.constexpr = False,
-    SAVE_H: tl.constexpr = False,
+    SAVE_H: tl.constexpr = False, ROWS: tl.constexpr = 1,
 ):
     """Grid: (B * n_mtiles * n_chunks,); the program id is ignored in favour of the ticket.
 
@@ -245,6 +245,9 @@ def lookback_scan(
     y_i_ptr are the states h [B, L, M] as in the plain scan: written forward when SAVE_H
     (training), read backward (h[t-1], and the relu mask h[t] > 0); backward also writes the
     partial d gamma = sum of g . x per (row, chunk, mode).
+
+    ROWS (LOOP only; 1 or 2): rows per step of the walks, their loads issued together (see
+    :func:`~samu_tune.kernels.chunk_walk.walk_summary`).
     """
     if M_ALIGN > 1:
         M = M // M_ALIGN * M_ALIGN
@@ -282,7 +285,8 @@ def lookback_scan(
         agg_pr, agg_pi, agg_qr, agg_qi = walk_summary(
             ctl_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, c, L, M, lane, lane_ok, nu,
             cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK * SUB, BLOCK_M, 1, TABLE=True,
-            PREFETCH=True, FUSED=FUSED, gamma=gamma, h_r_ptr=y_r_ptr, h_i_ptr=y_i_ptr)
+            PREFETCH=True, FUSED=FUSED, gamma=gamma, h_r_ptr=y_r_ptr, h_i_ptr=y_i_ptr,
+            ROWS=ROWS)
     elif SUB == 1:
         pr, pi, qr, qi, t, valid, tok, off, mask = _tile_maps(
             eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, c * CHUNK, L, M, lane,
@@ -365,8 +369,8 @@ def lookback_scan(
             y_i_ptr, h0_r_ptr, h0_i_ptr, gh0_r_ptr, gh0_i_ptr, p_eta_ptr, p_delta_ptr, carry_r,
             carry_i, b, row_base, c, L, M, n_mtiles, mt, lane, lane_ok, nu, cos_theta, sin_theta,
             HAS_RESETS, HAS_H0, REVERSE, False, CHUNK * SUB, BLOCK_M, 1, TABLE=True,
-            PREFETCH=True, FUSED=FUSED, gamma=gamma, SAVE_H=SAVE_H,
-            xw_ptr=xw_ptr)                                                     # [BLOCK_M] each
+            PREFETCH=True, FUSED=FUSED, gamma=gamma, SAVE_H=SAVE_H, xw_ptr=xw_ptr,
+            ROWS=ROWS)                                                         # [BLOCK_M] each
         theta_part = delta_part * theta
     elif SUB == 1:
         _, _, nu_part, theta_part = _replay(

@@ -50,6 +50,15 @@ _MAX_TILE_BLOCK_M = 128
 _LOOP_CHUNKS = (32, 64, 128)
 _LOOP_LANES_PER_THREAD = (2, 4, 8)
 _LOOP_WARPS = (2, 4)
+# rows per walk step (``rows`` 2: both rows' loads issued together, then the two dependent
+# steps: twice the bytes in flight per program) at 2 and 4 lanes per thread, chunks up to 64
+# (8 more configs).  ptxas for sm_90 (Triton 3.6, bf16, M % 8 == 0), rows 1 -> 2: 2 lanes
+# forward 48 -> 72 registers, backward 64 -> 121; 4 lanes forward 88 -> 114, backward
+# 96 -> 151 (fewer resident programs: the tuner weighs it); no spills.  8 lanes (160 -> 167,
+# 186 -> 212 with Triton 3.9) left out.  The fused layer at 4 lanes: forward 96 -> 124,
+# backward 114 -> 182 (scripts/results/cpu-ptxas/lookback_loop_rows_sm90.txt).
+_LOOP_ROWS2_LANES = (2, 4)
+_LOOP_ROWS2_MAX_CHUNK = 64
 
 
 class LookbackConfig(BaseModel):
@@ -64,7 +73,9 @@ class LookbackConfig(BaseModel):
     ``sub`` times shorter look-back chain).  ``inner``: ``tile`` scans each [chunk, block_m]
     tile in registers (tl.associative_scan); ``loop`` walks the program's ``chunk * sub`` rows
     one at a time on [block_m] vectors, twice (summary, then replay re-reading the inputs from
-    L2): few registers per thread, high occupancy.
+    L2): few registers per thread, high occupancy.  ``rows`` (loop only): rows per step of
+    the loop-inner walks, their loads issued together (2: twice the bytes in flight per
+    program, for a few more registers).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -76,13 +87,15 @@ class LookbackConfig(BaseModel):
     window: Literal[1, 8, 32] = 1
     sub: Literal[1, 4, 16] = 1
     inner: Literal["tile", "loop"] = "tile"
+    rows: Literal[1, 2] = 1
 
 
 def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
     """Prune tiles mostly beyond M or L, tiles over the register budget, threads without
     elements, and decoupled look-back under deterministic mode.  Loop-inner configs: a small
-    subspace (``_LOOP_*``: chunk, lanes per thread, warps), sub 1, decoupled look-back (chained
-    only under deterministic mode), so the tuner tries ~10-20 of them per problem."""
+    subspace (``_LOOP_*``: chunk, lanes per thread, warps, rows per step), sub 1, decoupled
+    look-back (chained only under deterministic mode), so the tuner tries ~10-26 of them per
+    problem; ``rows`` 2 only for loop configs."""
     if cfg.block_m > max(16, intmath.next_power_of_2(problem.M)):
         return False
     if cfg.chunk * cfg.sub > max(16, intmath.next_power_of_2(problem.L)):
@@ -92,9 +105,14 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
                 or cfg.block_m // (32 * cfg.num_warps) not in _LOOP_LANES_PER_THREAD
                 or cfg.block_m % (32 * cfg.num_warps) or cfg.sub != 1):
             return False
+        if cfg.rows != 1 and (cfg.block_m // (32 * cfg.num_warps) not in _LOOP_ROWS2_LANES
+                              or cfg.chunk > _LOOP_ROWS2_MAX_CHUNK):
+            return False
         if cfg.lookback == "chained" and not problem.deterministic:
             return False
     else:
+        if cfg.rows != 1:
+            return False
         tile_elems = cfg.chunk * cfg.block_m
         if (cfg.block_m > _MAX_TILE_BLOCK_M or tile_elems > _MAX_TILE
                 or tile_elems > _MAX_PER_THREAD * 32 * cfg.num_warps):
@@ -175,11 +193,13 @@ class LookbackPlan:
     window: int = 1
     sub: int = 1
     loop: bool = False
+    rows: int = 1
 
     @classmethod
     def of(cls, cfg: LookbackConfig, window: Optional[int] = None) -> "LookbackPlan":
         return cls(cfg.chunk, cfg.block_m, cfg.num_warps, cfg.lookback == "decoupled",
-                   cfg.window if window is None else window, cfg.sub, cfg.inner == "loop")
+                   cfg.window if window is None else window, cfg.sub, cfg.inner == "loop",
+                   cfg.rows)
 
 
 def control_table(eta: torch.Tensor, delta: torch.Tensor,
@@ -232,7 +252,7 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
         HAS_RESETS=seg is not None, HAS_H0=h0[0] is not None, REVERSE=reverse,
         DECOUPLED=plan.decoupled, CHUNK=plan.chunk, BLOCK_M=plan.block_m, SUB=plan.sub,
         LOOP=plan.loop, M_ALIGN=m_align(plan, M), FUSED=gamma is not None, SAVE_H=save_h,
-        num_warps=plan.num_warps)
+        ROWS=plan.rows, num_warps=plan.num_warps)
 
 
 class _LookbackScan(torch.autograd.Function):
