@@ -29,11 +29,11 @@ PARTIAL_EXTRA = tl.constexpr(2)
 
 
 @triton.jit(do_not_specialize=["T"])
-def controller_forward(x_ptr, dirs_ptr, scales_ptr, eta_ptr, delta_ptr, s_ptr, table_ptr,
+def controller_forward(x_ptr, dirs_ptr, scales_ptr, eta_ptr, delta_ptr, sp_ptr, r_ptr, table_ptr,
                        seg_ptr, T, K, HAS_TABLE: tl.constexpr, HAS_RESETS: tl.constexpr,
                        BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
     """Grid (cdiv(T, BLOCK_T),): one program per BLOCK_T tokens walks K in [BLOCK_T, BLOCK_K]
-    tiles.  Writes eta, delta [T] fp32, s = (s_0, r) as [2, T] fp32 (what backward needs
+    tiles.  Writes eta, delta, s_0 (at sp) and r [T] fp32 (s_0 and r are what backward needs
     instead of x's dot products) and, when HAS_TABLE, the scan's control-table rows of the
     tokens (:func:`samu_tune.kernels.controls.store_rows`; seg [T] resets them)."""
     tok = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)        # [BLOCK_T]
@@ -46,8 +46,8 @@ def controller_forward(x_ptr, dirs_ptr, scales_ptr, eta_ptr, delta_ptr, s_ptr, t
     for k0 in range(0, K, BLOCK_K):
         col = k0 + offs
         cm = col < K
-        xv = tl.load(rows + col[None, :], mask=ok[:, None] & cm[None, :],
-                     other=0.0).to(tl.float32)                                   # [BLOCK_T, BLOCK_K]
+        # [BLOCK_T, BLOCK_K]
+        xv = tl.load(rows + col[None, :], mask=ok[:, None] & cm[None, :], other=0.0).to(tl.float32)
         d_p = tl.load(dirs_ptr + col, mask=cm, other=0.0)
         d_r = tl.load(dirs_ptr + (K + 1) + col, mask=cm, other=0.0)
         acc_p += xv * d_p[None, :]
@@ -58,14 +58,14 @@ def controller_forward(x_ptr, dirs_ptr, scales_ptr, eta_ptr, delta_ptr, s_ptr, t
     eta = tl.load(scales_ptr + 1) * r / (1.0 + r * r)
     tl.store(eta_ptr + tok, eta, mask=ok)
     tl.store(delta_ptr + tok, delta, mask=ok)
-    tl.store(s_ptr + tok, s_p, mask=ok)
-    tl.store(s_ptr + T + tok, r, mask=ok)
+    tl.store(sp_ptr + tok, s_p, mask=ok)
+    tl.store(r_ptr + tok, r, mask=ok)
     if HAS_TABLE:
         store_rows(table_ptr, seg_ptr, tok, ok, eta, delta, HAS_RESETS)
 
 
 @triton.jit(do_not_specialize=["T", "tokens_per_program"])
-def controller_backward(x_ptr, dirs_ptr, scales_ptr, s_ptr, d_eta_ptr, d_delta_ptr, gx_ptr,
+def controller_backward(x_ptr, dirs_ptr, scales_ptr, sp_ptr, r_ptr, d_eta_ptr, d_delta_ptr, gx_ptr,
                         partial_ptr, T, K, tokens_per_program, ACCUMULATE: tl.constexpr,
                         BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
     """Grid (cdiv(T, tokens_per_program), cdiv(K, BLOCK_K)); tokens_per_program a multiple of
@@ -74,7 +74,7 @@ def controller_backward(x_ptr, dirs_ptr, scales_ptr, s_ptr, d_eta_ptr, d_delta_p
     already in gx, e.g. the fused scan's, in one read-modify-write) and its partial sums to
     partials [n_programs_g, 2, K + 2] fp32: row (g, c) holds sum_t dq_c x[t, k] in columns
     k < K and, from j = 0 only, sum_t dq_c in column K and the grad S_c partial in K + 1.
-    dq is recomputed from s, d_eta, d_delta (16 bytes a token) by every column program."""
+    dq is recomputed from s_0, r, d_eta, d_delta (16 bytes a token) by every column program."""
     g = tl.program_id(0)
     j = tl.program_id(1)
     col = j * BLOCK_K + tl.arange(0, BLOCK_K)                                     # [BLOCK_K]
@@ -94,8 +94,8 @@ def controller_backward(x_ptr, dirs_ptr, scales_ptr, s_ptr, d_eta_ptr, d_delta_p
         tok = first + t0 + tl.arange(0, BLOCK_T)                                  # [BLOCK_T]
         ok = tok < T
         # masked tokens: s = d = 0, so dq = 0 and they add nothing
-        s_p = tl.load(s_ptr + tok, mask=ok, other=0.0)
-        r = tl.load(s_ptr + T + tok, mask=ok, other=0.0)
+        s_p = tl.load(sp_ptr + tok, mask=ok, other=0.0)
+        r = tl.load(r_ptr + tok, mask=ok, other=0.0)
         d_delta = tl.load(d_delta_ptr + tok, mask=ok, other=0.0)
         d_eta = tl.load(d_eta_ptr + tok, mask=ok, other=0.0)
         u = 1.0 + r * r
@@ -107,7 +107,7 @@ def controller_backward(x_ptr, dirs_ptr, scales_ptr, s_ptr, d_eta_ptr, d_delta_p
         amp_p += d_delta * s_p
         amp_r += d_eta * r / u
         m2 = ok[:, None] & cm[None, :]
-        off = tok[:, None] * K + col[None, :]                                     # [BLOCK_T, BLOCK_K]
+        off = tok[:, None] * K + col[None, :]                               # [BLOCK_T, BLOCK_K]
         xv = tl.load(x_ptr + off, mask=m2, other=0.0).to(tl.float32)
         gx = dq_p[:, None] * d_p + dq_r[:, None] * d_r
         if ACCUMULATE:

@@ -37,9 +37,10 @@ def _block_k(K: int) -> int:
 
 
 class Controls(NamedTuple):
-    """The controller forward's outputs, views of one fp32 [4, T] buffer: eta, delta [T], s
-    ([2, T]: tanh q_p and r = tanh q_r, what backward reads) and the scan's control table
-    ([T, 4] fp32, :mod:`samu_tune.kernels.controls`) or None."""
+    """The controller forward's outputs: eta, delta [T], s ([2, T]: tanh q_p and r = tanh q_r,
+    what backward reads), rows of one fp32 [4, T] allocation whose rows start 16-byte aligned
+    whatever T (Triton specialises pointers on 16-byte alignment: one binary for every T),
+    and the scan's control table ([T, 4] fp32, :mod:`samu_tune.kernels.controls`) or None."""
 
     eta: torch.Tensor
     delta: torch.Tensor
@@ -53,11 +54,12 @@ def forward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, *,
     / K; with ``table`` also the scan's control table (``seg`` [T] resets, or None)."""
     K = x.shape[-1]
     T = x.numel() // K
-    buf = _alloc.empty(4, T, dtype=torch.float32, device=x.device)
+    stride = intmath.cdiv(T, 4) * 4
+    buf = _alloc.empty(4 * stride, dtype=torch.float32, device=x.device).view(4, stride)[:, :T]
     ctl = (_alloc.empty(T, control_kernels.TABLE_COLS.value, dtype=torch.float32,
                        device=x.device) if table else None)
     kernels.controller_forward[(intmath.cdiv(T, _BLOCK_T),)](
-        x, dirs, scales, buf[0], buf[1], buf[2:], ctl, seg, T, K,
+        x, dirs, scales, buf[0], buf[1], buf[2], buf[3], ctl, seg, T, K,
         HAS_TABLE=table, HAS_RESETS=seg is not None, BLOCK_T=_BLOCK_T, BLOCK_K=_block_k(K),
         num_warps=_NUM_WARPS)
     return Controls(buf[0], buf[1], buf[2:], ctl)
@@ -85,7 +87,7 @@ def backward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, s: torch
     extra = kernels.PARTIAL_EXTRA.value
     partials = _alloc.empty(groups, 2, K + extra, dtype=torch.float32, device=x.device)
     kernels.controller_backward[(groups, col_tiles)](
-        x, dirs, scales, s, d_eta, d_delta, grad_x, partials, T, K, tokens_per_program,
+        x, dirs, scales, s[0], s[1], d_eta, d_delta, grad_x, partials, T, K, tokens_per_program,
         ACCUMULATE=accumulate, BLOCK_T=_BLOCK_T, BLOCK_K=block_k, num_warps=_NUM_WARPS)
     total = partials[0] if groups == 1 else partials.sum(0)                       # [2, K + 2]
     return grad_x, total[:, :K + 1], total[:, K + 1]
