@@ -22,18 +22,20 @@ from ..kernels import controller as kernels
 from ..kernels import controls as control_kernels
 from . import _alloc, _grads
 
-# forward: [32, 128] tiles at 4 warps, 32 x elements per thread per step (two fp32
-# accumulators of that size: ~100 registers).  backward: the same tile; programs along the
-# tokens sized so that a launch has about _BWD_PROGRAMS programs (a few waves on 132 SMs),
-# which keeps the partials small ([n, 2, 2M + 2] fp32, n <= _BWD_PROGRAMS / column tiles).
-_BLOCK_T = 32
-_MAX_BLOCK_K = 128
+# Tiles, chosen by ptxas for sm_90 (Triton 3.9, bf16 x, K a multiple of 16: x and grad x
+# move in 16-byte vectors, no spills): forward [16, 128] at 4 warps, 72 registers ([32, 128]:
+# 125); backward [32, 64] at 4 warps, 96 registers ([32, 128]: 255 with spills).  Backward
+# programs along the tokens are sized so that a launch has about _BWD_PROGRAMS programs (at
+# 96 registers 5 fit an SM: about one wave on 132 SMs), which keeps the partials small
+# ([n, 2, 2M + 2] fp32, n <= _BWD_PROGRAMS / column tiles).
+_FWD_BLOCK_T, _FWD_BLOCK_K = 16, 128
+_BWD_BLOCK_T, _BWD_BLOCK_K = 32, 64
 _NUM_WARPS = 4
-_BWD_PROGRAMS = 512
+_BWD_PROGRAMS = 640
 
 
-def _block_k(K: int) -> int:
-    return min(_MAX_BLOCK_K, max(16, intmath.next_power_of_2(K)))
+def _block_k(K: int, most: int) -> int:
+    return min(most, max(16, intmath.next_power_of_2(K)))
 
 
 class Controls(NamedTuple):
@@ -58,9 +60,10 @@ def forward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, *,
     buf = _alloc.empty(4 * stride, dtype=torch.float32, device=x.device).view(4, stride)[:, :T]
     ctl = (_alloc.empty(T, control_kernels.TABLE_COLS.value, dtype=torch.float32,
                        device=x.device) if table else None)
-    kernels.controller_forward[(intmath.cdiv(T, _BLOCK_T),)](
+    kernels.controller_forward[(intmath.cdiv(T, _FWD_BLOCK_T),)](
         x, dirs, scales, buf[0], buf[1], buf[2], buf[3], ctl, seg, T, K,
-        HAS_TABLE=table, HAS_RESETS=seg is not None, BLOCK_T=_BLOCK_T, BLOCK_K=_block_k(K),
+        HAS_TABLE=table, HAS_RESETS=seg is not None, BLOCK_T=_FWD_BLOCK_T,
+        BLOCK_K=_block_k(K, _FWD_BLOCK_K),
         num_warps=_NUM_WARPS)
     return Controls(buf[0], buf[1], buf[2:], ctl)
 
@@ -76,10 +79,10 @@ def backward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, s: torch
     (deterministic)."""
     K = x.shape[-1]
     T = x.numel() // K
-    block_k = _block_k(K)
+    block_k = _block_k(K, _BWD_BLOCK_K)
     col_tiles = intmath.cdiv(K, block_k)
     per = intmath.cdiv(T, max(1, _BWD_PROGRAMS // col_tiles))
-    tokens_per_program = intmath.cdiv(per, _BLOCK_T) * _BLOCK_T
+    tokens_per_program = intmath.cdiv(per, _BWD_BLOCK_T) * _BWD_BLOCK_T
     groups = intmath.cdiv(T, tokens_per_program)
     accumulate = grad_x is not None
     if grad_x is None:
@@ -88,7 +91,7 @@ def backward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, s: torch
     partials = _alloc.empty(groups, 2, K + extra, dtype=torch.float32, device=x.device)
     kernels.controller_backward[(groups, col_tiles)](
         x, dirs, scales, s[0], s[1], d_eta, d_delta, grad_x, partials, T, K, tokens_per_program,
-        ACCUMULATE=accumulate, BLOCK_T=_BLOCK_T, BLOCK_K=block_k, num_warps=_NUM_WARPS)
+        ACCUMULATE=accumulate, BLOCK_T=_BWD_BLOCK_T, BLOCK_K=block_k, num_warps=_NUM_WARPS)
     total = partials[0] if groups == 1 else partials.sum(0)                       # [2, K + 2]
     return grad_x, total[:, :K + 1], total[:, K + 1]
 
