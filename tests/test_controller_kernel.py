@@ -54,6 +54,7 @@ CASES = [  # B, L, M, dtype, device: 2M no tile divides, token counts no block d
     (2, 37, 67, torch.bfloat16, "cpu"),
     (3, 11, 5, torch.float32, "cpu"),
     (1, 45, 5, torch.bfloat16, "cpu"),
+    (2, 19, 12, torch.bfloat16, "cpu"),                # 2M a multiple of 8: K_ALIGN 8
     (1, 1, 1, torch.float32, "cpu"),
     pytest.param(2, 37, 67, torch.bfloat16, "cuda", marks=pytest.mark.gpu),
     pytest.param(3, 300, 5, torch.float32, "cuda", marks=pytest.mark.gpu),

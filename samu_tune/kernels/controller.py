@@ -15,8 +15,9 @@ Backward, from d_eta, d_delta [T] (fp32), with u = 1 + r^2::
     grad S_0 = sum_t d_delta s_0                    grad S_1 = sum_t d_eta r / u
 
 (d/dr r/u = (1 - r^2)/u^2 and dr/dq_1 = 1 - r^2.)  Arithmetic is fp32 whatever x's dtype; x
-is read in its own dtype once per pass.  T and K are runtime values (one binary per dtype,
-tile and flags).
+is read in its own dtype once per pass.  T and K are runtime values, not specialised (one
+binary per dtype, tile and flags); K_ALIGN (8 or 1): K is a multiple of it, so that rows of
+x and grad x move in 16-byte vectors (as the scan's M_ALIGN).
 """
 import triton
 import triton.language as tl
@@ -28,14 +29,16 @@ from .controls import store_rows
 PARTIAL_EXTRA = tl.constexpr(2)
 
 
-@triton.jit(do_not_specialize=["T"])
+@triton.jit(do_not_specialize=["T", "K"])
 def controller_forward(x_ptr, dirs_ptr, scales_ptr, eta_ptr, delta_ptr, sp_ptr, r_ptr, table_ptr,
                        seg_ptr, T, K, HAS_TABLE: tl.constexpr, HAS_RESETS: tl.constexpr,
-                       BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
+                       BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, K_ALIGN: tl.constexpr = 1):
     """Grid (cdiv(T, BLOCK_T),): one program per BLOCK_T tokens walks K in [BLOCK_T, BLOCK_K]
     tiles.  Writes eta, delta, s_0 (at sp) and r [T] fp32 (s_0 and r are what backward needs
     instead of x's dot products) and, when HAS_TABLE, the scan's control-table rows of the
     tokens (:func:`samu_tune.kernels.controls.store_rows`; seg [T] resets them)."""
+    if K_ALIGN > 1:
+        K = K // K_ALIGN * K_ALIGN
     tok = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)        # [BLOCK_T]
     ok = tok < T
     offs = tl.arange(0, BLOCK_K)                                                  # [BLOCK_K]
@@ -64,10 +67,11 @@ def controller_forward(x_ptr, dirs_ptr, scales_ptr, eta_ptr, delta_ptr, sp_ptr, 
         store_rows(table_ptr, seg_ptr, tok, ok, eta, delta, HAS_RESETS)
 
 
-@triton.jit(do_not_specialize=["T", "tokens_per_program"])
+@triton.jit(do_not_specialize=["T", "K", "tokens_per_program"])
 def controller_backward(x_ptr, dirs_ptr, scales_ptr, sp_ptr, r_ptr, d_eta_ptr, d_delta_ptr, gx_ptr,
                         partial_ptr, T, K, tokens_per_program, ACCUMULATE: tl.constexpr,
-                        BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
+                        BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
+                        K_ALIGN: tl.constexpr = 1):
     """Grid (cdiv(T, tokens_per_program), cdiv(K, BLOCK_K)); tokens_per_program a multiple of
     BLOCK_T.  Program (g, j) walks its tokens in [BLOCK_T, BLOCK_K] tiles of columns
     j BLOCK_K + [0, BLOCK_K): writes grad x there (x's dtype; ACCUMULATE: adds to the grad x
@@ -75,6 +79,8 @@ def controller_backward(x_ptr, dirs_ptr, scales_ptr, sp_ptr, r_ptr, d_eta_ptr, d
     partials [n_programs_g, 2, K + 2] fp32: row (g, c) holds sum_t dq_c x[t, k] in columns
     k < K and, from j = 0 only, sum_t dq_c in column K and the grad S_c partial in K + 1.
     dq is recomputed from s_0, r, d_eta, d_delta (16 bytes a token) by every column program."""
+    if K_ALIGN > 1:
+        K = K // K_ALIGN * K_ALIGN
     g = tl.program_id(0)
     j = tl.program_id(1)
     col = j * BLOCK_K + tl.arange(0, BLOCK_K)                                     # [BLOCK_K]

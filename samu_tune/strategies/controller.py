@@ -38,6 +38,11 @@ def _block_k(K: int, most: int) -> int:
     return min(most, max(16, intmath.next_power_of_2(K)))
 
 
+def _k_align(K: int) -> int:
+    """The kernels' K_ALIGN: 8 when 2M is a multiple of 8 (16-byte row vectors), else 1."""
+    return 8 if K % 8 == 0 else 1
+
+
 class Controls(NamedTuple):
     """The controller forward's outputs: eta, delta [T], s ([2, T]: tanh q_p and r = tanh q_r,
     what backward reads), rows of one fp32 [4, T] allocation whose rows start 16-byte aligned
@@ -63,7 +68,7 @@ def forward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, *,
     kernels.controller_forward[(intmath.cdiv(T, _FWD_BLOCK_T),)](
         x, dirs, scales, buf[0], buf[1], buf[2], buf[3], ctl, seg, T, K,
         HAS_TABLE=table, HAS_RESETS=seg is not None, BLOCK_T=_FWD_BLOCK_T,
-        BLOCK_K=_block_k(K, _FWD_BLOCK_K),
+        BLOCK_K=_block_k(K, _FWD_BLOCK_K), K_ALIGN=_k_align(K),
         num_warps=_NUM_WARPS)
     return Controls(buf[0], buf[1], buf[2:], ctl)
 
@@ -91,7 +96,8 @@ def backward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, s: torch
     partials = _alloc.empty(groups, 2, K + extra, dtype=torch.float32, device=x.device)
     kernels.controller_backward[(groups, col_tiles)](
         x, dirs, scales, s[0], s[1], d_eta, d_delta, grad_x, partials, T, K, tokens_per_program,
-        ACCUMULATE=accumulate, BLOCK_T=_BWD_BLOCK_T, BLOCK_K=block_k, num_warps=_NUM_WARPS)
+        ACCUMULATE=accumulate, BLOCK_T=_BWD_BLOCK_T, BLOCK_K=block_k, K_ALIGN=_k_align(K),
+        num_warps=_NUM_WARPS)
     total = partials[0] if groups == 1 else partials.sum(0)                       # [2, K + 2]
     return grad_x, total[:, :K + 1], total[:, K + 1]
 
