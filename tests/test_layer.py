@@ -320,11 +320,12 @@ def test_fused_forward_matches_reference_and_unfused(B, L, M, dtype, resets, h0,
     (1, 37, 67, torch.bfloat16, False, True),
 ])
 def test_fused_gradients_match_float64_reference(B, L, M, dtype, resets, h0, device):
-    """The fused layer's backward (relu mask, write derivative, d gamma in the kernel; the
-    controller's backward in torch): every gradient against the float64 layer reference in
-    fp32; in bf16 against the unfused layer (same rounding boundaries: the controller's
-    parameter gradients sum bf16-rounded terms, and the unfused path is itself 6-10% off the
-    float64 reference at this size, so the reference cannot tell a bug from rounding)."""
+    """The fused layer's backward (relu mask, write derivative, d gamma in the scan kernel;
+    the controller's backward kernel adding into grad x): every gradient against the float64
+    layer reference in fp32; in bf16 against the unfused layer (same rounding boundaries: the
+    controller's parameter gradients sum bf16-rounded terms, and the unfused path is itself
+    6-10% off the float64 reference at this size, so the reference cannot tell a bug from
+    rounding)."""
     from samu_tune.layer import fused
     from samu_tune.settings import settings
     if device == "cpu" and not settings().interpret:

@@ -16,6 +16,12 @@ def cmul_conj(ar, ai, br, bi):
 
 
 @triton.jit
+def tanh(x):
+    """tanh as 2 sigmoid(2x) - 1 (libdevice.tanh is not available under the interpreter)."""
+    return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+
+
+@triton.jit
 def spectrum(nu_log_ptr, theta_log_ptr, lane, mask):
     """Per-mode constants, each [BLOCK_M]: nu, theta, cos(theta), sin(theta)."""
     nu = tl.exp(tl.load(nu_log_ptr + lane, mask=mask, other=0.0).to(tl.float32))

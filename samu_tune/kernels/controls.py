@@ -22,8 +22,17 @@ def control_table(eta_ptr, delta_ptr, seg_ptr, table_ptr, rows,
     """One [BLOCK] range of the B L flattened tokens per program; grid (cdiv(rows, BLOCK),)."""
     tok = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)             # [BLOCK]
     ok = tok < rows
-    e = tl.exp(tl.load(eta_ptr + tok, mask=ok, other=0.0).to(tl.float32))
+    eta = tl.load(eta_ptr + tok, mask=ok, other=0.0).to(tl.float32)
     delta = tl.load(delta_ptr + tok, mask=ok, other=0.0).to(tl.float32)
+    store_rows(table_ptr, seg_ptr, tok, ok, eta, delta, HAS_RESETS)
+
+
+@triton.jit
+def store_rows(table_ptr, seg_ptr, tok, ok, eta, delta, HAS_RESETS: tl.constexpr):
+    """Write the table rows of tokens ``tok`` (masked by ``ok``) from their fp32 eta, delta
+    (all [BLOCK]); shared with the controller kernel, which writes the table as it computes
+    the controls (:mod:`samu_tune.kernels.controller`)."""
+    e = tl.exp(eta)
     cd, sd = tl.cos(delta), tl.sin(delta)
     if HAS_RESETS:
         keep = tl.load(seg_ptr + tok, mask=ok, other=1) != 0

@@ -22,13 +22,7 @@ state may be written over the old one (``last_* = state_*``).
 import triton
 import triton.language as tl
 
-from .complex_math import polar
-
-
-@triton.jit
-def tanh(x):
-    # libdevice.tanh is not available under the interpreter.
-    return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+from .complex_math import polar, tanh
 
 
 @triton.jit

@@ -2,7 +2,9 @@
 
 Same formula as :func:`samu_tune.layer.reference.controller_reference`, written for speed:
 one ``[B*L, 2M] x [2M, 2]`` matmul for both projections instead of concatenating the bias
-coordinate onto x.
+coordinate onto x.  :func:`kernel_controls` is the same controller by the Triton kernels
+(:mod:`samu_tune.strategies.controller`); the fused layer runs those kernels inside its own
+autograd Function, from :func:`kernel_operands`.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..strategies import controller as kernel_controller
 from .reference import SAMUParams, write_gamma
 
 
@@ -23,6 +26,20 @@ def unit_directions(params: SAMUParams, dtype: torch.dtype) -> torch.Tensor:
     """[2, 2M+1]: the phase and radial directions, each divided by max(|d|, 1e-12)."""
     d = torch.stack([params.phase_direction, params.radial_direction]).to(dtype)
     return d / torch.linalg.vector_norm(d, dim=1, keepdim=True).clamp_min(1e-12)
+
+
+def kernel_operands(params: SAMUParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dirs [2, 2M+1], scales [2]), fp32 contiguous, differentiable in the parameters: the
+    unit directions and (tanh a_p, tanh a_r) / sqrt(M), what the controller kernels read."""
+    dirs = unit_directions(params, torch.float32).contiguous()
+    amp = torch.stack([params.phase_amplitude, params.radial_amplitude]).to(torch.float32)
+    return dirs, torch.tanh(amp) * (1.0 / math.sqrt(params.modes))
+
+
+def kernel_controls(x: torch.Tensor, params: SAMUParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`controls` by the controller kernels (x on CUDA or under TRITON_INTERPRET=1, in
+    bf16 / fp16 / fp32): (eta, delta) fp32, each x.shape[:-1]."""
+    return kernel_controller.controls(x.contiguous(), *kernel_operands(params))
 
 
 def controls(x: torch.Tensor, params: SAMUParams) -> tuple[torch.Tensor, torch.Tensor]:

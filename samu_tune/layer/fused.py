@@ -1,15 +1,22 @@
-"""The SAMU layer's fused forward (``SAMU(strategy="fused")``): one look-back pass from x to y.
+"""The SAMU layer's fused path (``SAMU(strategy="fused")``): two kernels from x to y.
 
 The unfused layer writes ``br, bi = x[..., :M] gamma, x[..., M:] gamma`` ([B, L, M] each), scans
 them into ``h`` ([B, L, M] pair) and builds ``y = relu(cat(Re h, Im h))``: x read once, four
-[B, L, M] intermediates written and read again.  The fused layer computes the controls in
-torch ([B, L]: a [B L, 2M] x [2M, 2] matmul) and runs the look-back scan's loop-inner kernel
-with the write and the output fused (:func:`samu_tune.strategies.lookback.fused_layer`):
-forward reads x once and writes y once.
+[B, L, M] intermediates written and read again, and its torch controller materialises an fp32
+copy of x.  The fused layer is two kernels (:func:`samu_tune.strategies.lookback.fused_layer`):
+the controller kernel (:mod:`samu_tune.kernels.controller`) reads x once and writes the
+per-token controls and the scan's control table; the look-back scan's loop-inner kernel with
+the write and the output fused reads x once and writes y once.  Only the controller's
+operands (unit directions, amplitude scales: [2, 2M+1] and [2]) and gamma ([M]) are computed
+in torch, so that autograd carries their gradients to the parameters.
 
 Training too: forward then also stores the states h ([B, L, M] pair, as the unfused scan's
 output) and backward reads d y, h and x once and writes grad x (the relu mask, the write's
-derivative and d gamma inside the kernel); the controller's backward stays in torch.
+derivative and d gamma inside the kernel), then the controller's backward kernel reads x and
+adds the controller's grad x into it in place (and sums the direction and amplitude
+gradients).  The controller runs inside the fused layer's autograd Function rather than a
+Function of its own for that in-place accumulation (see ``_FusedLayer``); ``strategies/``
+binds the kernels, this module only prepares the operands.
 
 It runs on CUDA tensors (or under ``TRITON_INTERPRET=1``) with x in bf16 / fp16 / fp32, fp32
 parameters, no ``cu_seqlens`` and a loop-inner look-back config for the problem; otherwise
@@ -114,13 +121,14 @@ def forward(x: torch.Tensor, params: SAMUParams, state: Optional[State] = None,
                      needs_grad(x, params, state))
     if cfg is None:
         return None
-    # the controls and gamma in torch (autograd carries their gradients to the parameters)
-    eta, delta = controller.controls(x, params)
+    # the controller's operands and gamma in torch ([2, 2M+1], [2], [M]: autograd carries
+    # their gradients to the parameters); the controls themselves come from its kernels
+    dirs, scales = controller.kernel_operands(params)
     gamma = write_gamma(params.nu_log.to(torch.float32)).contiguous()
     h0 = None
     if state is not None:
         h0 = (state[0].to(torch.float32).contiguous(), state[1].to(torch.float32).contiguous())
     seg = segment_pos.contiguous() if segment_pos is not None else None
     return lookback.fused_layer(
-        x.contiguous(), gamma, eta.contiguous(), delta.contiguous(),
-        params.nu_log.contiguous(), params.theta_log.contiguous(), cfg, seg=seg, h0=h0)
+        x.contiguous(), dirs, scales, gamma, params.nu_log.contiguous(),
+        params.theta_log.contiguous(), cfg, seg=seg, h0=h0)

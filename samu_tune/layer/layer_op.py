@@ -33,7 +33,8 @@ from ..opspec import OpSpec, register_op
 from ..problem import TORCH_DTYPES, LayerProblem, ScanProblem
 from ..registry import Strategy, device_reasons, register
 from ..tolerances import check_all
-from . import fused, unfused
+from ..kernels import controller as kernel_controller
+from . import controller, fused, unfused
 from .reference import SAMUParams, State, layer_reference
 
 PARAM_NAMES = ("phase_direction", "radial_direction", "phase_amplitude", "radial_amplitude",
@@ -116,7 +117,7 @@ register(Strategy(
     name="fused", description="write and relu output (and their gradients) inside the "
                               "loop-inner look-back kernels: x read once, y written once",
     capability=LayerCapability(fused_io=True), run=_fused, priority=5,
-    modules=(_THIS, fused), op="layer"))
+    modules=(_THIS, fused, controller, kernel_controller), op="layer"))
 register(Strategy(
     name="reference", description="torch layer_reference; any device, float64-capable",
     capability=LayerCapability(dtypes=frozenset({"float64", "float32", "bfloat16", "float16"}),

@@ -28,7 +28,7 @@ from ..kernels import chunk_walk, complex_math, controls, lookback as lookback_k
 from ..problem import ScanProblem
 from ..registry import Capability, Strategy, register
 from ..tensors import ScanInputs, ScanOutput
-from . import _alloc, _grads
+from . import _alloc, _grads, controller
 
 # register budget, in tile elements per thread.  ptxas for sm_90 (Triton 3.9 PTX, bf16):
 # 8 per thread -> forward ~96-113 registers, backward ~144-185, no spills; 16 per thread ->
@@ -327,39 +327,48 @@ STRATEGY = register(Strategy(
 
 
 class _FusedLayer(torch.autograd.Function):
-    """The SAMU layer's scan with the write and the ReLU output fused (loop-inner look-back).
+    """The SAMU layer: the controller kernels, then the scan with the write and the ReLU
+    output fused (loop-inner look-back).
 
-    Inputs: x [B, L, 2M] (bf16 / fp16 / fp32), gamma [M] fp32, eta, delta [B, L], nu_log,
-    theta_log [M], h0 pair fp32 [B, M] or None; outputs y = relu(cat(Re h, Im h)) [B, L, 2M]
-    in x's dtype and the final state (fp32 [B, M] pair), where h is the scan of the writes
-    (x[..., :M] + i x[..., M:]) gamma rounded to x's dtype (as the unfused layer's torch write).
-    Forward reads x once and writes y (and, when a gradient is needed, the states h [B, L, M]
-    pair in x's dtype for backward); backward reads d y, h and x once and writes grad x.
+    Inputs: x [B, L, 2M] (bf16 / fp16 / fp32), the controller's dirs [2, 2M + 1] and scales
+    [2] (:mod:`samu_tune.strategies.controller`), gamma [M], nu_log, theta_log [M] fp32, h0
+    pair fp32 [B, M] or None; outputs y = relu(cat(Re h, Im h)) [B, L, 2M] in x's dtype and the
+    final state (fp32 [B, M] pair), where h is the scan of the writes (x[..., :M] + i x[..., M:])
+    gamma rounded to x's dtype (as the unfused layer's torch write), with the controls eta,
+    delta of x.
+
+    Forward: the controller kernel reads x once and writes the controls and the scan's
+    control table (16 bytes a token); the scan reads x once and writes y (and, when a gradient
+    is needed, the states h [B, L, M] pair in x's dtype).  Backward: the scan reads d y, h
+    and x and writes grad x and the control gradients; the controller's backward kernel reads
+    x and adds its grad x into the scan's in place.  The controller lives in this Function
+    (not in a Function of its own) for that accumulation: two autograd Functions would each
+    write a grad x and autograd would add them in a third pass over [B, L, 2M].
     """
 
     @staticmethod
-    def forward(ctx, plan: LookbackPlan, seg, eta, delta, nu_log, theta_log, x, gamma, h0_r,
+    def forward(ctx, plan: LookbackPlan, seg, dirs, scales, nu_log, theta_log, x, gamma, h0_r,
                 h0_i):
         B, L, width = x.shape
         M = width // 2
+        c = controller.forward(x, dirs, scales, table=True, seg=seg)
         y = torch.empty_like(x)
         last_r, last_i = _grads.Stacked.empty(B, M, dtype=torch.float32, device=x.device)
         save = not isinstance(ctx, _grads._NoGradContext)
         h_r, h_i = (_grads.Stacked.empty(B, L, M, dtype=x.dtype, device=x.device) if save
                     else (None, None))
-        ctl = control_table(eta, delta, seg)
-        _launch(plan, False, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
-                seg=seg, x=(x, None), h0=(h0_r, h0_i), y=(h_r, h_i), end=(last_r, last_i),
-                ctl=ctl, gamma=gamma, o=y, save_h=save)
+        _launch(plan, False, B, L, M, eta=c.eta, delta=c.delta, nu_log=nu_log,
+                theta_log=theta_log, seg=seg, x=(x, None), h0=(h0_r, h0_i), y=(h_r, h_i),
+                end=(last_r, last_i), ctl=c.table, gamma=gamma, o=y, save_h=save)
         ctx.plan = plan
         ctx.dtypes = _grads.dtypes(h0_r, h0_i)
-        ctx.save_for_backward(seg, eta, delta, nu_log, theta_log, x, gamma, h0_r, h0_i, h_r,
-                              h_i, ctl)
+        ctx.save_for_backward(seg, dirs, scales, c.eta, c.delta, c.s, nu_log, theta_log, x,
+                              gamma, h0_r, h0_i, h_r, h_i, c.table)
         return y, last_r, last_i
 
     @staticmethod
     def backward(ctx, d_y, d_last_r, d_last_i):
-        (seg, eta, delta, nu_log, theta_log, x, gamma, h0_r, h0_i, h_r, h_i,
+        (seg, dirs, scales, eta, delta, s, nu_log, theta_log, x, gamma, h0_r, h0_i, h_r, h_i,
          ctl) = ctx.saved_tensors
         plan: LookbackPlan = ctx.plan
         B, L, width = x.shape
@@ -379,22 +388,27 @@ class _FusedLayer(torch.autograd.Function):
                 seg=seg, x=(d_y, None), h0=(h0_r, h0_i), y=(h_r, h_i), end=d_last,
                 gh0=gh0, p_ctl=p_ctl, p_spec=p_spec, ctl=ctl, gamma=gamma, o=grad_x, xw=x,
                 p_gamma=p_gamma)
-        grads = _grads.sum_partials(p_ctl, p_spec)
-        return _grads.input_grads(grads, (eta, delta, nu_log, theta_log),
+        d_eta, d_delta, g_nu, g_theta = _grads.sum_partials(p_ctl, p_spec)
+        # the controller's grad x added into the scan's (grad_x is written in place)
+        _, g_dirs, g_scales = controller.backward(x, dirs, scales, s, d_eta.contiguous(),
+                                                  d_delta.contiguous(), grad_x)
+        return _grads.input_grads((g_dirs, g_scales, g_nu, g_theta),
+                                  (dirs, scales, nu_log, theta_log),
                                   (grad_x, p_gamma.sum(dim=(0, 1))), gh0, ctx.dtypes)
 
 
-def fused_layer(x: torch.Tensor, gamma: torch.Tensor, eta: torch.Tensor, delta: torch.Tensor,
+def fused_layer(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, gamma: torch.Tensor,
                 nu_log: torch.Tensor, theta_log: torch.Tensor, cfg: LookbackConfig, *,
                 seg: Optional[torch.Tensor] = None,
                 h0: Optional[tuple[torch.Tensor, torch.Tensor]] = None
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """The SAMU layer's scan with the write and the ReLU output fused (:class:`_FusedLayer`),
-    differentiable in x, gamma, eta, delta, nu_log, theta_log and h0.  All inputs contiguous;
-    ``cfg`` must be loop-inner (the tile path has no fused I/O).  Returns (y, final state)."""
+    """The SAMU layer with the controller kernels and the scan's write and ReLU output fused
+    (:class:`_FusedLayer`), differentiable in x, dirs, scales, gamma, nu_log, theta_log and
+    h0.  All inputs contiguous, parameters fp32; ``cfg`` must be loop-inner (the tile path has
+    no fused I/O).  Returns (y, final state)."""
     if cfg.inner != "loop":
         raise ValueError(f"the fused SAMU layer needs a loop-inner config, got {cfg!r}")
     h0_r, h0_i = h0 if h0 is not None else (None, None)
-    y, last_r, last_i = _grads.apply(_FusedLayer, LookbackPlan.of(cfg), seg, eta, delta, nu_log,
-                                     theta_log, x, gamma, h0_r, h0_i)
+    y, last_r, last_i = _grads.apply(_FusedLayer, LookbackPlan.of(cfg), seg, dirs, scales,
+                                     nu_log, theta_log, x, gamma, h0_r, h0_i)
     return y, (last_r, last_i)
