@@ -1,6 +1,6 @@
 """Registers and spills of ``lookback_scan`` configs for sm_90, without a GPU.
 
-    python scripts/lookback_registers.py [--stats] [CHUNKxBLOCK_MxWARPS[xSUB][c][l] ...]   (default: the config space)
+    python scripts/lookback_registers.py [--stats] [CHUNKxBLOCK_MxWARPS[xSUB][c][l][wN] ...]   (default: the config space)
 
 ``--stats``: also the PTX's global loads/stores by width, branches and sin/cos ops
 (``PTX_DUMP=DIR`` writes the PTX files there).
@@ -37,7 +37,7 @@ INTS = ("B", "L", "M", "n_mtiles", "n_chunks", "window")
 
 
 def ptx(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
-        loop: bool = False, dt: str = "bf16") -> str:
+        loop: bool = False, dt: str = "bf16", width: int = 1) -> str:
     fn = K.lookback_scan
     data = {"x_r_ptr", "x_i_ptr", "y_r_ptr", "y_i_ptr", "gx_r_ptr", "gx_i_ptr", "o_ptr", "xw_ptr"}
     # FUSED=1 in the environment: the SAMU layer fused (loop configs; forward saves h)
@@ -45,7 +45,7 @@ def ptx(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
                  BLOCK_M=block_m, SUB=sub, LOOP=loop,
                  M_ALIGN=int(os.environ.get("M_ALIGN", "8" if loop else "1")),
                  FUSED=bool(os.environ.get("FUSED")) and loop,
-                 SAVE_H=bool(os.environ.get("FUSED")) and loop and not reverse)
+                 SAVE_H=bool(os.environ.get("FUSED")) and loop and not reverse, WIDTH=width)
     sig, const, attrs = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in flags:
@@ -84,15 +84,15 @@ def ptx_stats(text: str) -> str:
 
 
 def registers(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
-              loop: bool = False, stats: bool = False) -> str:
+              loop: bool = False, stats: bool = False, width: int = 1) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "k.ptx"
-        text = ptx(reverse, chunk, block_m, num_warps, sub, loop)
+        text = ptx(reverse, chunk, block_m, num_warps, sub, loop, width=width)
         if os.environ.get("PTX_DUMP"):
             out = Path(os.environ["PTX_DUMP"])
             out.mkdir(parents=True, exist_ok=True)
             (out / f"{'bwd' if reverse else 'fwd'}_{chunk}x{block_m}x{num_warps}x{sub}"
-                   f"{'l' if loop else ''}.ptx").write_text(text)
+                   f"{'l' if loop else ''}w{width}.ptx").write_text(text)
         path.write_text(text)
         res = subprocess.run([str(PTXAS), "-arch=sm_90a", "-v", str(path), "-o",
                               str(Path(tmp) / "k.cubin")], capture_output=True, text=True)
@@ -115,17 +115,18 @@ def main() -> None:
         big = ScanProblem(B=8, L=8192, M=1024)
         configs = [c for c in config_space(LookbackConfig) if valid(big, c)]
     # the kernel's constexprs, each once (look-back mode and window do not change registers)
-    plans = sorted({(p.loop, p.chunk, p.block_m, p.num_warps, p.sub)
+    plans = sorted({(p.loop, p.chunk, p.block_m, p.num_warps, p.sub, p.width)
                     for p in map(LookbackPlan.of, configs)})
     print(f"triton {triton.__version__}, ptxas {PTXAS}")
-    for loop, chunk, block_m, warps, sub in plans:
+    for loop, chunk, block_m, warps, sub, width in plans:
         # elements per thread: of the tile, or of the row vector (loop)
         per_thread = (1 if loop else chunk) * block_m // (32 * warps)
         for reverse in (False, True):
             print(f"{'bwd' if reverse else 'fwd'} {'loop' if loop else 'tile'} chunk={chunk:3d} "
-                  f"block_m={block_m:4d} warps={warps} sub={sub:2d} "
+                  f"block_m={block_m:4d} warps={warps} sub={sub:2d} width={width:2d} "
                   f"({per_thread:2d}/thread): "
-                  f"{registers(reverse, chunk, block_m, warps, sub, loop, stats)}", flush=True)
+                  f"{registers(reverse, chunk, block_m, warps, sub, loop, stats, width)}",
+                  flush=True)
 
 
 if __name__ == "__main__":

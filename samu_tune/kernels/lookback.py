@@ -85,11 +85,38 @@ def _publish(flag_ptr, status):
 
 
 @triton.jit
-def _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, BLOCK_M: tl.constexpr):
-    """The state entering chunk ``c`` ([BLOCK_M] pair): walk predecessors slot-1, slot-2, ...
+def _window_stop(status, WIDTH: tl.constexpr):
+    """Where a look-back window ends: statuses [WIDTH] of a window's predecessors, oldest
+    first (row r: chunk j - WIDTH + 1 + r).  Returns (stop, stop_status): the newest row whose
+    status is not 1 (-1 if every row holds a published aggregate) and its status (0: not yet
+    published, 2: an inclusive prefix; 0 when stop = -1).  The rows after stop are the
+    aggregates to compose.  One reduction: the key r * 4 + status orders by row."""
+    r = tl.arange(0, WIDTH)
+    key = tl.max(tl.where(status != 1, r * 4 + status, -4), axis=0)
+    stop = (key + 4) // 4 - 1                 # floor: key >= -4
+    return stop, key - 4 * stop
+
+
+@triton.jit
+def _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, BLOCK_M: tl.constexpr,
+               WIDTH: tl.constexpr):
+    """The state entering chunk ``c`` ([BLOCK_M] pair): walk predecessors c-1, c-2, ... in
+    windows of WIDTH chunks.
+
+    A window is predecessors j - WIDTH + 1 .. j (j: the newest not yet composed), row r of
+    its [WIDTH] / [WIDTH, BLOCK_M] blocks being chunk j - WIDTH + 1 + r (oldest first); chunk
+    -1 stands for ``init`` with status 2, older rows are never used.  One poll is one vector
+    acquire atomic on the WIDTH statuses, then the payloads the statuses make valid: the
+    aggregates of the rows after ``stop`` (the newest row not holding an aggregate,
+    :func:`_window_stop`) and, when stop's status is 2, its inclusive prefix (masked loads:
+    one L2 round trip for all of them).  The aggregates, composed oldest first by a scan
+    down the window, extend E; then stop's status decides: 2 ends the walk, 0 (not yet
+    published) polls again from stop (the aggregates after it are composed already: no
+    poll is repeated for them; stop = j: spin), and no stop (WIDTH aggregates) moves the
+    window WIDTH chunks back.  WIDTH = 1 is the walk one predecessor per poll.
 
     E = (ea, eb) composes the aggregates of chunks j+1 .. c-1 already passed, so the carry is
-    ea * s_j + eb once the inclusive prefix s_j of chunk j is found.
+    ea * s + eb once the inclusive prefix s is found.  E := E o W: the older maps apply first.
     """
     ea_r = tl.full((BLOCK_M,), 1.0, tl.float32)
     ea_i = tl.zeros((BLOCK_M,), tl.float32)
@@ -97,29 +124,54 @@ def _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, BLOCK_M: tl
     eb_i = tl.zeros((BLOCK_M,), tl.float32)
     carry_r = init_r
     carry_i = init_i
+    r = tl.arange(0, WIDTH)                                                      # [WIDTH]
+    is_last = r == WIDTH - 1
+    lane_zero = lane_t * 0                                                       # [BLOCK_M]
     j = c - 1
     while j >= 0:
-        pred = slot - (c - j)
-        status = tl.atomic_add(sync_ptr + 1 + pred, 0, sem="acquire")
-        base = carry_ptr + pred.to(tl.int64) * (SLOT_ROWS * BLOCK_M) + lane_t
-        if status == 2:
-            sr = tl.load(base + 4 * BLOCK_M, volatile=True)
-            si = tl.load(base + 5 * BLOCK_M, volatile=True)
+        chunk = j - (WIDTH - 1) + r                                              # [WIDTH]
+        exists = chunk >= 0
+        status = tl.atomic_add(sync_ptr + 1 + (slot - c + chunk), tl.zeros_like(chunk),
+                               mask=exists, sem="acquire")
+        status = tl.where(exists, status, 2)     # chunk -1: init, an inclusive prefix
+        stop, stop_status = _window_stop(status, WIDTH)
+        # the aggregates after stop: [WIDTH, BLOCK_M] (identity maps elsewhere)
+        rows = carry_ptr + (slot - c + chunk).to(tl.int64)[:, None] * (SLOT_ROWS * BLOCK_M)
+        at = rows + lane_t[None, :]
+        take = (r > stop)[:, None] & (lane_zero == 0)[None, :]
+        pr = tl.load(at, mask=take, other=1.0, volatile=True)
+        pi = tl.load(at + BLOCK_M, mask=take, other=0.0, volatile=True)
+        qr = tl.load(at + 2 * BLOCK_M, mask=take, other=0.0, volatile=True)
+        qi = tl.load(at + 3 * BLOCK_M, mask=take, other=0.0, volatile=True)
+        # stop's inclusive prefix, loaded with the aggregates (init for chunk -1); per-lane
+        # masks from tensors (the interpreter rejects a tensor & scalar-bool mask)
+        stop_chunk = lane_zero + (j - (WIDTH - 1) + stop)                        # [BLOCK_M]
+        found = (lane_zero + stop_status) == 2
+        prefix = carry_ptr + (slot - c + stop_chunk).to(tl.int64) * (SLOT_ROWS * BLOCK_M)
+        sr = tl.load(prefix + 4 * BLOCK_M + lane_t, mask=found & (stop_chunk >= 0), other=0.0,
+                     volatile=True)
+        si = tl.load(prefix + 5 * BLOCK_M + lane_t, mask=found & (stop_chunk >= 0), other=0.0,
+                     volatile=True)
+        sr = tl.where(stop_chunk >= 0, sr, init_r)
+        si = tl.where(stop_chunk >= 0, si, init_i)
+        # W = the window's aggregates composed, oldest first (identity rows change nothing)
+        spr, spi, sqr, sqi = tile_scan(pr, pi, qr, qi)
+        wpr = _last_row(spr, is_last)                                            # [BLOCK_M]
+        wpi = _last_row(spi, is_last)
+        wqr = _last_row(sqr, is_last)
+        wqi = _last_row(sqi, is_last)
+        # E := E o W
+        br_, bi_ = cmul(ea_r, ea_i, wqr, wqi)
+        eb_r += br_
+        eb_i += bi_
+        ea_r, ea_i = cmul(ea_r, ea_i, wpr, wpi)
+        if stop_status == 2:
             carry_r, carry_i = cmul(ea_r, ea_i, sr, si)
             carry_r += eb_r
             carry_i += eb_i
             j = c - c - 1
-        elif status == 1:
-            pr = tl.load(base, volatile=True)
-            pi = tl.load(base + BLOCK_M, volatile=True)
-            qr = tl.load(base + 2 * BLOCK_M, volatile=True)
-            qi = tl.load(base + 3 * BLOCK_M, volatile=True)
-            # E := E o (P, Q): the predecessor's map applies first
-            br_, bi_ = cmul(ea_r, ea_i, qr, qi)
-            eb_r += br_
-            eb_i += bi_
-            ea_r, ea_i = cmul(ea_r, ea_i, pr, pi)
-            j = j - 1
+        else:
+            j = j - (WIDTH - 1 - stop)        # stop = -1: the whole window; stop = j: spin
     return carry_r, carry_i
 
 
@@ -221,7 +273,7 @@ def lookback_scan(
     HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
     DECOUPLED: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, SUB: tl.constexpr,
     LOOP: tl.constexpr, M_ALIGN: tl.constexpr = 1, FUSED: tl.constexpr = False,
-    SAVE_H: tl.constexpr = False,
+    SAVE_H: tl.constexpr = False, WIDTH: tl.constexpr = 1,
 ):
     """Grid: (B * n_mtiles * n_chunks,); the program id is ignored in favour of the ticket.
 
@@ -245,6 +297,8 @@ def lookback_scan(
     y_i_ptr are the states h [B, L, M] as in the plain scan: written forward when SAVE_H
     (training), read backward (h[t-1], and the relu mask h[t] > 0); backward also writes the
     partial d gamma = sum of g . x per (row, chunk, mode).
+
+    WIDTH: predecessors read per look-back poll (:func:`_look_back`; 1 in chained mode).
     """
     if M_ALIGN > 1:
         M = M // M_ALIGN * M_ALIGN
@@ -338,7 +392,7 @@ def lookback_scan(
             init_r = tl.zeros((BLOCK_M,), tl.float32)
             init_i = tl.zeros((BLOCK_M,), tl.float32)
     carry_r, carry_i = _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i,
-                                  BLOCK_M)
+                                  BLOCK_M, WIDTH)
 
     # 3. the inclusive prefix: the state after the chunk
     end_r, end_i = cmul(agg_pr, agg_pi, carry_r, carry_i)

@@ -64,7 +64,9 @@ class LookbackConfig(BaseModel):
     ``sub`` times shorter look-back chain).  ``inner``: ``tile`` scans each [chunk, block_m]
     tile in registers (tl.associative_scan); ``loop`` walks the program's ``chunk * sub`` rows
     one at a time on [block_m] vectors, twice (summary, then replay re-reading the inputs from
-    L2): few registers per thread, high occupancy.
+    L2): few registers per thread, high occupancy.  ``lookback_width`` (decoupled only):
+    predecessors read per look-back poll (one vector of statuses and their payloads per L2
+    round trip instead of one predecessor: a chain of n chunks resolved in ~n / width polls).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -76,6 +78,7 @@ class LookbackConfig(BaseModel):
     window: Literal[1, 8, 32] = 1
     sub: Literal[1, 4, 16] = 1
     inner: Literal["tile", "loop"] = "tile"
+    lookback_width: Literal[1, 8, 32] = 1
 
 
 def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
@@ -103,6 +106,9 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
             return False
     if cfg.window > 1 and (cfg.lookback == "decoupled"
                            or cfg.window >= n_chunks(problem.L, cfg.chunk * cfg.sub)):
+        return False
+    if cfg.lookback_width > 1 and (cfg.lookback == "chained" or n_chunks(
+            problem.L, cfg.chunk * cfg.sub) <= cfg.lookback_width // 4):
         return False
     return not (problem.deterministic and cfg.lookback == "decoupled")
 
@@ -166,7 +172,9 @@ def workspace_bytes(problem: ScanProblem, cfg: LookbackConfig) -> int:
 class LookbackPlan:
     """Kernel launch parameters.  ``window`` is the config's in chained mode; in decoupled
     mode it is 1 except in tests, which raise it to drive the aggregate path (see
-    :mod:`samu_tune.kernels.lookback`)."""
+    :mod:`samu_tune.kernels.lookback`).  ``width``: the look-back's predecessors per poll
+    (the config's ``lookback_width`` in decoupled mode; chained mode walks one at a time, its
+    fixed combination order)."""
 
     chunk: int
     block_m: int
@@ -175,11 +183,14 @@ class LookbackPlan:
     window: int = 1
     sub: int = 1
     loop: bool = False
+    width: int = 1
 
     @classmethod
     def of(cls, cfg: LookbackConfig, window: Optional[int] = None) -> "LookbackPlan":
-        return cls(cfg.chunk, cfg.block_m, cfg.num_warps, cfg.lookback == "decoupled",
-                   cfg.window if window is None else window, cfg.sub, cfg.inner == "loop")
+        decoupled = cfg.lookback == "decoupled"
+        return cls(cfg.chunk, cfg.block_m, cfg.num_warps, decoupled,
+                   cfg.window if window is None else window, cfg.sub, cfg.inner == "loop",
+                   cfg.lookback_width if decoupled else 1)
 
 
 def control_table(eta: torch.Tensor, delta: torch.Tensor,
@@ -232,7 +243,7 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
         HAS_RESETS=seg is not None, HAS_H0=h0[0] is not None, REVERSE=reverse,
         DECOUPLED=plan.decoupled, CHUNK=plan.chunk, BLOCK_M=plan.block_m, SUB=plan.sub,
         LOOP=plan.loop, M_ALIGN=m_align(plan, M), FUSED=gamma is not None, SAVE_H=save_h,
-        num_warps=plan.num_warps)
+        WIDTH=plan.width, num_warps=plan.num_warps)
 
 
 class _LookbackScan(torch.autograd.Function):
