@@ -10,10 +10,10 @@ Per program ([CHUNK, BLOCK_M] tile, the transition evaluated in registers):
 1. (P[r], Q[r]) = composition of rows 0..r of z -> A z + u (``tile_scan``); the chunk's
    aggregate is the last row (padding rows are the identity).
 2. Publish the aggregate with status 1 (which chunks do: below).
-3. Look back over predecessor chunks of the same (b, mode tile): spin while a predecessor's
-   status is 0; status 2 (its inclusive prefix, the state after it) ends the walk, status 1
-   (its aggregate) is composed in and the walk continues one chunk further back.  Chunk 0
-   starts from ``init``.
+3. Look back over predecessor chunks of the same (b, mode tile), WIDTH of them per poll
+   (``_look_back``): spin while the newest not yet composed has status 0; status 2 (its
+   inclusive prefix, the state after it) ends the walk, status 1 (its aggregate) is composed
+   in and the walk continues further back.  Chunk 0 starts from ``init``.
 4. Publish the inclusive prefix P[last] carry + Q[last] with status 2 (which chunks do: below).
 5. Replay: state[r] = P[r] carry + Q[r] for every row, stored in the output dtype.
 
@@ -57,8 +57,9 @@ grad h0 = conj(A[0]) g[0]; control partials [B, L, n_mtiles], spectrum partials
 
 Memory ordering: payloads are stored by every thread, then a CTA barrier, then one release
 atomic sets the status (the release is cumulative over the writes the barrier ordered before
-it).  Readers poll with an acquire atomic (its scalar result is broadcast through shared
-memory behind a barrier) and read payloads with volatile loads (not served from L1).
+it).  Readers poll with an acquire atomic (one per window status; its result is broadcast through
+shared memory behind a barrier: Triton >= 3.5 does so for tensor atomics too, 3.3 did not)
+and read payloads with volatile loads (not served from L1).
 """
 import triton
 import triton.language as tl
@@ -103,20 +104,21 @@ def _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, BLOCK_M: tl
     """The state entering chunk ``c`` ([BLOCK_M] pair): walk predecessors c-1, c-2, ... in
     windows of WIDTH chunks.
 
-    A window is predecessors j - WIDTH + 1 .. j (j: the newest not yet composed), row r of
-    its [WIDTH] / [WIDTH, BLOCK_M] blocks being chunk j - WIDTH + 1 + r (oldest first); chunk
-    -1 stands for ``init`` with status 2, older rows are never used.  One poll is one vector
-    acquire atomic on the WIDTH statuses, then the payloads the statuses make valid: the
-    aggregates of the rows after ``stop`` (the newest row not holding an aggregate,
-    :func:`_window_stop`) and, when stop's status is 2, its inclusive prefix (masked loads:
-    one L2 round trip for all of them).  The aggregates, composed oldest first by a scan
-    down the window, extend E; then stop's status decides: 2 ends the walk, 0 (not yet
-    published) polls again from stop (the aggregates after it are composed already: no
-    poll is repeated for them; stop = j: spin), and no stop (WIDTH aggregates) moves the
-    window WIDTH chunks back.  WIDTH = 1 is the walk one predecessor per poll.
+    A window is predecessors j - WIDTH + 1 .. j (j: the newest not yet composed); row r of
+    its statuses [WIDTH] is chunk j - WIDTH + 1 + r (oldest first); chunk -1 stands for
+    ``init`` with status 2, older rows are never used.  One poll is one vector acquire atomic
+    on the WIDTH statuses, then the payloads they make valid: the aggregates of the rows after
+    ``stop`` (the newest row not holding an aggregate, :func:`_window_stop`) and, when stop's
+    status is 2, its inclusive prefix (masked loads, independent of each other: one L2 round
+    trip for all).  The aggregates extend E newest first, each on [BLOCK_M] vectors in the
+    lanes' own registers (no cross-thread step; rows at or before stop are identity maps,
+    which change nothing), the order of a walk one predecessor at a time.  Then stop's status
+    decides: 2 ends the walk; 0 (not yet published) polls again from stop, the aggregates
+    after it composed already (stop = j: spin); no stop (WIDTH aggregates) moves the window
+    WIDTH chunks back.  WIDTH = 1 is the walk one predecessor per poll.
 
     E = (ea, eb) composes the aggregates of chunks j+1 .. c-1 already passed, so the carry is
-    ea * s + eb once the inclusive prefix s is found.  E := E o W: the older maps apply first.
+    ea * s + eb once the inclusive prefix s is found.
     """
     ea_r = tl.full((BLOCK_M,), 1.0, tl.float32)
     ea_i = tl.zeros((BLOCK_M,), tl.float32)
@@ -125,7 +127,6 @@ def _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, BLOCK_M: tl
     carry_r = init_r
     carry_i = init_i
     r = tl.arange(0, WIDTH)                                                      # [WIDTH]
-    is_last = r == WIDTH - 1
     lane_zero = lane_t * 0                                                       # [BLOCK_M]
     j = c - 1
     while j >= 0:
@@ -135,37 +136,36 @@ def _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, BLOCK_M: tl
                                mask=exists, sem="acquire")
         status = tl.where(exists, status, 2)     # chunk -1: init, an inclusive prefix
         stop, stop_status = _window_stop(status, WIDTH)
-        # the aggregates after stop: [WIDTH, BLOCK_M] (identity maps elsewhere)
-        rows = carry_ptr + (slot - c + chunk).to(tl.int64)[:, None] * (SLOT_ROWS * BLOCK_M)
-        at = rows + lane_t[None, :]
-        take = (r > stop)[:, None] & (lane_zero == 0)[None, :]
-        pr = tl.load(at, mask=take, other=1.0, volatile=True)
-        pi = tl.load(at + BLOCK_M, mask=take, other=0.0, volatile=True)
-        qr = tl.load(at + 2 * BLOCK_M, mask=take, other=0.0, volatile=True)
-        qi = tl.load(at + 3 * BLOCK_M, mask=take, other=0.0, volatile=True)
-        # stop's inclusive prefix, loaded with the aggregates (init for chunk -1); per-lane
-        # masks from tensors (the interpreter rejects a tensor & scalar-bool mask)
-        stop_chunk = lane_zero + (j - (WIDTH - 1) + stop)                        # [BLOCK_M]
-        found = (lane_zero + stop_status) == 2
-        prefix = carry_ptr + (slot - c + stop_chunk).to(tl.int64) * (SLOT_ROWS * BLOCK_M)
-        sr = tl.load(prefix + 4 * BLOCK_M + lane_t, mask=found & (stop_chunk >= 0), other=0.0,
-                     volatile=True)
-        si = tl.load(prefix + 5 * BLOCK_M + lane_t, mask=found & (stop_chunk >= 0), other=0.0,
-                     volatile=True)
-        sr = tl.where(stop_chunk >= 0, sr, init_r)
-        si = tl.where(stop_chunk >= 0, si, init_i)
-        # W = the window's aggregates composed, oldest first (identity rows change nothing)
-        spr, spi, sqr, sqi = tile_scan(pr, pi, qr, qi)
-        wpr = _last_row(spr, is_last)                                            # [BLOCK_M]
-        wpi = _last_row(spi, is_last)
-        wqr = _last_row(sqr, is_last)
-        wqi = _last_row(sqi, is_last)
-        # E := E o W
-        br_, bi_ = cmul(ea_r, ea_i, wqr, wqi)
-        eb_r += br_
-        eb_i += bi_
-        ea_r, ea_i = cmul(ea_r, ea_i, wpr, wpi)
+        # per-lane masks from tensors (the interpreter rejects a tensor & scalar-bool mask)
+        stop_lanes = lane_zero + stop                                            # [BLOCK_M]
+        # stop's inclusive prefix, issued with the aggregates (init for chunk -1)
+        stop_chunk = stop_lanes + (j - (WIDTH - 1))
+        has = ((lane_zero + stop_status) == 2) & (stop_chunk >= 0)
+        at = carry_ptr + (slot - c + stop_chunk).to(tl.int64) * (SLOT_ROWS * BLOCK_M) + lane_t
+        sr = tl.load(at + 4 * BLOCK_M, mask=has, other=0.0, volatile=True)
+        si = tl.load(at + 5 * BLOCK_M, mask=has, other=0.0, volatile=True)
+        # every payload load issued before the first use (program order is the PTX's
+        # order; a load after a use of another would wait a round trip)
+        rows = ()
+        for k in tl.static_range(WIDTH):
+            # chunk j - k (row WIDTH - 1 - k), an identity map unless after stop
+            take = stop_lanes < WIDTH - 1 - k
+            at = (carry_ptr + (slot - c + j - k).to(tl.int64) * (SLOT_ROWS * BLOCK_M)
+                  + lane_t)
+            rows = rows + ((tl.load(at, mask=take, other=1.0, volatile=True),
+                            tl.load(at + BLOCK_M, mask=take, other=0.0, volatile=True),
+                            tl.load(at + 2 * BLOCK_M, mask=take, other=0.0, volatile=True),
+                            tl.load(at + 3 * BLOCK_M, mask=take, other=0.0, volatile=True)),)
+        for k in tl.static_range(WIDTH):
+            # E := E o (P, Q) of chunk j - k: the older map applies first
+            pr, pi, qr, qi = rows[k]
+            br_, bi_ = cmul(ea_r, ea_i, qr, qi)
+            eb_r += br_
+            eb_i += bi_
+            ea_r, ea_i = cmul(ea_r, ea_i, pr, pi)
         if stop_status == 2:
+            sr = tl.where(stop_chunk >= 0, sr, init_r)
+            si = tl.where(stop_chunk >= 0, si, init_i)
             carry_r, carry_i = cmul(ea_r, ea_i, sr, si)
             carry_r += eb_r
             carry_i += eb_i

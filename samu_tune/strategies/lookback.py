@@ -51,6 +51,18 @@ _LOOP_CHUNKS = (32, 64, 128)
 _LOOP_LANES_PER_THREAD = (2, 4, 8)
 _LOOP_WARPS = (2, 4)
 
+# look-back width (``lookback_width``, decoupled only): predecessors read per look-back poll,
+# their statuses in one vector atomic and their payloads in one L2 round trip, so a walk over
+# n predecessors takes ~n / width polls instead of n.  A poll holds width x 4 payload vectors
+# of the lanes a thread owns (fp32).  ptxas for sm_90 (Triton 3.6 and 3.9, bf16) issues them
+# all before the first use while width x lanes per thread <= 16: loop 32x256x4 (2 lanes)
+# forward 56-64 -> 116-126 registers at width 8, no spills; tile 128x32x4 (1 lane; the tile's
+# 32 elements per thread spill already) 64-84 -> 40-64 bytes spilled forward at width 8,
+# 148-160 at 16.  At 8 x 4 lanes it spills and serialises the loads (a round trip per row).
+# A width pays only where a walk can be longer than the next narrower width covers in a poll.
+_MAX_WIDTH_LANES = 16
+_WIDTH_BELOW = {8: 1, 16: 8}
+
 
 class LookbackConfig(BaseModel):
     """Launch choices of the look-back scan.
@@ -64,9 +76,7 @@ class LookbackConfig(BaseModel):
     ``sub`` times shorter look-back chain).  ``inner``: ``tile`` scans each [chunk, block_m]
     tile in registers (tl.associative_scan); ``loop`` walks the program's ``chunk * sub`` rows
     one at a time on [block_m] vectors, twice (summary, then replay re-reading the inputs from
-    L2): few registers per thread, high occupancy.  ``lookback_width`` (decoupled only):
-    predecessors read per look-back poll (one vector of statuses and their payloads per L2
-    round trip instead of one predecessor: a chain of n chunks resolved in ~n / width polls).
+    L2): few registers per thread, high occupancy.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -78,14 +88,16 @@ class LookbackConfig(BaseModel):
     window: Literal[1, 8, 32] = 1
     sub: Literal[1, 4, 16] = 1
     inner: Literal["tile", "loop"] = "tile"
-    lookback_width: Literal[1, 8, 32] = 1
+    lookback_width: Literal[1, 8, 16] = 1     # predecessors per look-back poll (decoupled)
 
 
 def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
     """Prune tiles mostly beyond M or L, tiles over the register budget, threads without
     elements, and decoupled look-back under deterministic mode.  Loop-inner configs: a small
     subspace (``_LOOP_*``: chunk, lanes per thread, warps), sub 1, decoupled look-back (chained
-    only under deterministic mode), so the tuner tries ~10-20 of them per problem."""
+    only under deterministic mode), so the tuner tries ~10-20 of them per problem (times the
+    look-back widths).  A look-back width > 1: decoupled only, within the register budget
+    (``_MAX_WIDTH_LANES``), and only where walks can be longer than a narrower width covers."""
     if cfg.block_m > max(16, intmath.next_power_of_2(problem.M)):
         return False
     if cfg.chunk * cfg.sub > max(16, intmath.next_power_of_2(problem.L)):
@@ -107,8 +119,11 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
     if cfg.window > 1 and (cfg.lookback == "decoupled"
                            or cfg.window >= n_chunks(problem.L, cfg.chunk * cfg.sub)):
         return False
-    if cfg.lookback_width > 1 and (cfg.lookback == "chained" or n_chunks(
-            problem.L, cfg.chunk * cfg.sub) <= cfg.lookback_width // 4):
+    if cfg.lookback_width > 1 and (
+            cfg.lookback == "chained"
+            or n_chunks(problem.L, cfg.chunk * cfg.sub) - 1 <= _WIDTH_BELOW[cfg.lookback_width]
+            or cfg.lookback_width * max(1, cfg.block_m // (32 * cfg.num_warps))
+            > _MAX_WIDTH_LANES):
         return False
     return not (problem.deterministic and cfg.lookback == "decoupled")
 
