@@ -10,8 +10,9 @@ samu_tune.timing) and the fraction of copy bandwidth: forward moves 4 arrays of 
 (read br, bi; write real, imag), forward+backward about 10.  First-call seconds (compile)
 are reported too, and the GPU kernel time of one step (sum of the kernels' device times
 under torch.profiler: no host time) beside the event time.  ``--configs`` picks configs (a
-trailing ``c``: chained look-back, ``l``: loop-inner, both: ``cl``; then ``wN``: look-back width N); ``--warm N`` compiles them first in N processes (Triton's
-disk cache is shared).  Writes DIR/bench_lookback.json when --out is given.
+trailing ``c``: chained look-back, ``l``: loop-inner, both: ``cl``; then ``wN``: look-back
+width N); ``--warm N`` compiles them first in N processes (Triton's disk cache is shared).
+Writes DIR/bench_lookback.json when --out is given.
 """
 from __future__ import annotations
 

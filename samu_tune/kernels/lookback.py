@@ -57,9 +57,10 @@ grad h0 = conj(A[0]) g[0]; control partials [B, L, n_mtiles], spectrum partials
 
 Memory ordering: payloads are stored by every thread, then a CTA barrier, then one release
 atomic sets the status (the release is cumulative over the writes the barrier ordered before
-it).  Readers poll with an acquire atomic (one per window status; its result is broadcast through
-shared memory behind a barrier: Triton >= 3.5 does so for tensor atomics too, 3.3 did not)
-and read payloads with volatile loads (not served from L1).
+it).  Readers poll with an acquire atomic per window status (the result is broadcast through
+shared memory behind a barrier, for tensor atomics too in Triton 3.6 and 3.9: checked in the
+SASS; Triton 3.3 did not, triton-lang/triton#7402) and read payloads with volatile loads (not
+served from L1).
 """
 import triton
 import triton.language as tl
@@ -105,8 +106,9 @@ def _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, BLOCK_M: tl
     windows of WIDTH chunks.
 
     A window is predecessors j - WIDTH + 1 .. j (j: the newest not yet composed); row r of
-    its statuses [WIDTH] is chunk j - WIDTH + 1 + r (oldest first); chunk -1 stands for
-    ``init`` with status 2, older rows are never used.  One poll is one vector acquire atomic
+    its statuses [WIDTH] is chunk j - WIDTH + 1 + r (oldest first).  Chunk 0 always publishes
+    its inclusive prefix, so a walk ends there at the latest (rows before chunk 0 read as
+    status 2, never reached).  One poll is one vector acquire atomic
     on the WIDTH statuses, then the payloads they make valid: the aggregates of the rows after
     ``stop`` (the newest row not holding an aggregate, :func:`_window_stop`) and, when stop's
     status is 2, its inclusive prefix (masked loads, independent of each other: one L2 round
@@ -134,14 +136,14 @@ def _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, BLOCK_M: tl
         exists = chunk >= 0
         status = tl.atomic_add(sync_ptr + 1 + (slot - c + chunk), tl.zeros_like(chunk),
                                mask=exists, sem="acquire")
-        status = tl.where(exists, status, 2)     # chunk -1: init, an inclusive prefix
+        status = tl.where(exists, status, 2)     # before chunk 0: a stop, never reached
         stop, stop_status = _window_stop(status, WIDTH)
         # per-lane masks from tensors (the interpreter rejects a tensor & scalar-bool mask)
         stop_lanes = lane_zero + stop                                            # [BLOCK_M]
-        # stop's inclusive prefix, issued with the aggregates (init for chunk -1)
-        stop_chunk = stop_lanes + (j - (WIDTH - 1))
-        has = ((lane_zero + stop_status) == 2) & (stop_chunk >= 0)
-        at = carry_ptr + (slot - c + stop_chunk).to(tl.int64) * (SLOT_ROWS * BLOCK_M) + lane_t
+        # stop's inclusive prefix, issued with the aggregates
+        has = (lane_zero + stop_status) == 2
+        at = (carry_ptr + (slot - c + j - (WIDTH - 1) + stop).to(tl.int64) * (SLOT_ROWS * BLOCK_M)
+              + lane_t)
         sr = tl.load(at + 4 * BLOCK_M, mask=has, other=0.0, volatile=True)
         si = tl.load(at + 5 * BLOCK_M, mask=has, other=0.0, volatile=True)
         # every payload load issued before the first use (program order is the PTX's
@@ -164,8 +166,6 @@ def _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, BLOCK_M: tl
             eb_i += bi_
             ea_r, ea_i = cmul(ea_r, ea_i, pr, pi)
         if stop_status == 2:
-            sr = tl.where(stop_chunk >= 0, sr, init_r)
-            si = tl.where(stop_chunk >= 0, si, init_i)
             carry_r, carry_i = cmul(ea_r, ea_i, sr, si)
             carry_r += eb_r
             carry_i += eb_i
