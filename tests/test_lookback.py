@@ -278,7 +278,7 @@ def test_config_space_is_pruned_and_default_is_valid():
     assert {c.chunk for c in strat.configs(_problem(1, 20, 8))} == {16, 32}
     assert {c.window for c in big} == {1, 8, 32}
     assert {c.lookback_width for c in big} == {1, 8, 16}
-    assert not lb.valid(_problem(1, 40, 8), SMALL.model_copy(update={"lookback_width": 8}))
+    assert not lb.valid(_problem(1, 32, 8), SMALL.model_copy(update={"lookback_width": 8}))
     assert not lb.valid(_problem(8, 8192, 1024), LookbackConfig(    # 4 lanes x 8: spills
         chunk=32, block_m=512, num_warps=4, inner="loop", lookback_width=8))
     assert lb.default(_problem(1, 20, 8, deterministic=True)).lookback == "chained"
