@@ -8,16 +8,22 @@ walked one at a time instead of a tile scan), the config space and workspace.
 Under the interpreter programs run one after the other, so a predecessor is always complete
 and its inclusive prefix published; a ``window`` > 1 in decoupled mode (a plan knob: only
 every W-th chunk publishes its prefix) makes the look-back compose predecessor aggregates
-instead.  Chained mode with a window composes aggregates by design.
+instead.  Chained mode with a window composes aggregates by design.  A ``lookback_width`` >
+1 reads that many predecessors per poll: with a window, aggregates and inclusive prefixes lie
+inside one poll's predecessors; a probe kernel drives ``_look_back`` on hand-set statuses
+(unpublished chunks older than the prefix, payloads the walk must not read poisoned).
 GPU-marked: a race stress test (thousands of chunks, many repeats) and one compiled binary
 for every shape.
 """
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from samu_tune import registry
 from samu_tune.problem import ScanProblem
 from samu_tune.reference import scan_reference
+from samu_tune.kernels import lookback as lookback_kernels
 from samu_tune.strategies import lookback as lb
 from samu_tune.strategies.lookback import LookbackConfig, LookbackPlan
 from samu_tune.verify import random_inputs, verify
@@ -31,6 +37,10 @@ LOOP = SMALL.model_copy(update={"inner": "loop"})
 LOOP_CHAINED = CHAINED.model_copy(update={"inner": "loop"})
 # two rows per walk step (an odd last row walked after the loop)
 LOOP_ROWS2 = LOOP.model_copy(update={"rows": 2})
+# wide look-back: 8 / 16 predecessors per poll
+WIDE = SMALL.model_copy(update={"lookback_width": 8})
+WIDER = SMALL.model_copy(update={"lookback_width": 16})
+LOOP_WIDE = LOOP.model_copy(update={"lookback_width": 8})
 
 
 def _run(plan):
@@ -147,13 +157,18 @@ def test_loop_inner_gradient_through_the_final_state_only_and_tiles_agree(loop_c
 def test_loop_inner_config_space():
     strat = registry.get("lookback")
     big = strat.configs(_problem(8, 8192, 1024))
-    loops = [c for c in big if c.inner == "loop"]
+    loops = [c for c in big if c.inner == "loop" and c.lookback_width == 1]
     assert 10 <= len(loops) <= 26, len(loops)
     assert all(c.sub == 1 and c.lookback == "decoupled" and c.window == 1 for c in loops)
     two = [c for c in loops if c.rows == 2]
     assert two and all(c.block_m // (32 * c.num_warps) in lb._LOOP_ROWS2_LANES
                        and c.chunk <= lb._LOOP_ROWS2_MAX_CHUNK for c in two)
     assert all(c.rows == 1 for c in big if c.inner == "tile")
+    # a wide look-back only where a thread's window payload fits (2 lanes per thread at 8),
+    # and never with two rows per step
+    wide = [c for c in big if c.inner == "loop" and c.lookback_width > 1]
+    assert wide and all(c.lookback_width == 8 and c.block_m == 64 * c.num_warps
+                        and c.rows == 1 for c in wide)
     assert {c.chunk for c in loops} == set(lb._LOOP_CHUNKS)
     assert all(c.block_m // (32 * c.num_warps) in lb._LOOP_LANES_PER_THREAD for c in loops)
     tiles = [c for c in big if c.inner == "tile"]
@@ -190,10 +205,11 @@ def test_resets_on_and_inside_chunk_boundaries():
     assert_reset_at_t0_cuts_h0_off(_run(LookbackPlan.of(SMALL)), inputs)
 
 
-def test_gradient_through_the_final_state_only():
+@pytest.mark.parametrize("cfg", [SMALL, WIDE], ids=["width1", "width8"])
+def test_gradient_through_the_final_state_only(cfg):
     problem = _problem(2, 40, 6, dtype="float32", initial_state=True, final_state=True)
     inputs = random_inputs(problem, seed=4)
-    plan = LookbackPlan.of(SMALL, window=2)
+    plan = LookbackPlan.of(cfg, window=2)
     got = _grads(_run(plan), inputs, weights=(0.0, 0.0, 1.0, -2.0))
 
     def ref(inp):
@@ -266,6 +282,10 @@ def test_config_space_is_pruned_and_default_is_valid():
                     assert not (det and cfg.lookback == "decoupled")
                     assert cfg.window == 1 or (cfg.lookback == "chained"
                                                and cfg.window < -(-L // (cfg.chunk * cfg.sub)))
+                    # a wide look-back: decoupled, and walks longer than a narrower width's
+                    assert cfg.lookback_width == 1 or (
+                        cfg.lookback == "decoupled"
+                        and -(-L // (cfg.chunk * cfg.sub)) > {8: 2, 16: 9}[cfg.lookback_width])
     big = strat.configs(_problem(8, 8192, 1024))
     assert {c.chunk for c in big} == {16, 32, 64, 128, 256}
     assert {c.block_m for c in big if c.inner == "tile"} == {16, 32, 64, 128}
@@ -273,6 +293,10 @@ def test_config_space_is_pruned_and_default_is_valid():
     assert LookbackConfig(chunk=256, block_m=64) not in big          # over the tile budget
     assert {c.chunk for c in strat.configs(_problem(1, 20, 8))} == {16, 32}
     assert {c.window for c in big} == {1, 8, 32}
+    assert {c.lookback_width for c in big} == {1, 8, 16}
+    assert not lb.valid(_problem(1, 32, 8), SMALL.model_copy(update={"lookback_width": 8}))
+    assert not lb.valid(_problem(8, 8192, 1024), LookbackConfig(    # 4 lanes x 8: spills
+        chunk=32, block_m=512, num_warps=4, inner="loop", lookback_width=8))
     assert lb.default(_problem(1, 20, 8, deterministic=True)).lookback == "chained"
     assert lb.default(_problem(1, 20, 8, deterministic=True)).window == 1
     assert lb.default(_problem(1, 5000, 8, deterministic=True)).window == 8
@@ -288,6 +312,102 @@ def test_workspace_counts_sync_buffers_and_partials():
                                                            + 2 * 2 * 40)
     forward = problem.model_copy(update={"backward": False})
     assert lb.workspace_bytes(forward, cfg) == sync
+
+
+@pytest.mark.parametrize("plan", [
+    LookbackPlan.of(WIDE),
+    LookbackPlan.of(WIDE, window=3),
+    LookbackPlan.of(WIDE, window=100),
+    LookbackPlan.of(WIDER, window=5),
+    LookbackPlan.of(LOOP_WIDE, window=3),
+    LookbackPlan.of(WIDE.model_copy(update={"sub": 2}), window=2),
+], ids=["width8", "width8-prefix-every-3", "width8-aggregates-to-chunk0",
+        "width16-prefix-every-5", "loop-width8-prefix-every-3", "width8-sub2-prefix-every-2"])
+def test_wide_look_back(plan):
+    # L = 170: 11 chunks of 16 (6 of 32 with sub 2), the last ragged; M = 37: 3 mode tiles,
+    # the last ragged.  Every chunk publishes its prefix (a poll stops at the newest), or
+    # every 3rd / 5th (aggregates and an inclusive prefix inside one poll), or only chunk 0
+    # (whole polls of aggregates, then the window moves 8 chunks back).  Resets inside chunks,
+    # on chunk boundaries and at t = 0 (row 1); initial and final state
+    problem = _problem(2, 170, 37, dtype="float32", resets=True, initial_state=True,
+                       final_state=True)
+    inputs = random_inputs(problem, seed=12)
+    seg = torch.arange(170, dtype=torch.int32).repeat(2, 1) + 5
+    for t in (16, 37, 96, 150):
+        seg[0, t:] = torch.arange(170 - t, dtype=torch.int32)
+    seg[1, 0:] = torch.arange(170, dtype=torch.int32)
+    _check(plan, problem, inputs=inputs.replace(segment_pos=seg), seed=12)
+    # without resets h0 reaches every chunk; bf16 data, odd M
+    problem = _problem(1, 150, 5, dtype="bfloat16", initial_state=True, final_state=True)
+    _check(plan, problem, seed=13)
+
+
+@triton.jit
+def _look_back_probe(sync_ptr, carry_ptr, io_ptr, slot, c, BLOCK_M: tl.constexpr,
+                     WIDTH: tl.constexpr):
+    """io [4, BLOCK_M]: init (r, i) in, the state entering chunk ``c`` (r, i) out."""
+    lane = tl.arange(0, BLOCK_M)
+    carry_r, carry_i = lookback_kernels._look_back(
+        sync_ptr, carry_ptr, slot, c, lane, tl.load(io_ptr + lane),
+        tl.load(io_ptr + BLOCK_M + lane), BLOCK_M, WIDTH)
+    tl.store(io_ptr + 2 * BLOCK_M + lane, carry_r)
+    tl.store(io_ptr + 3 * BLOCK_M + lane, carry_i)
+
+
+def _probe_walk(statuses, c, width, seed=0):
+    """Run ``_look_back`` for chunk c of the second of two (row, mode tile) groups whose
+    chunks have ``statuses``; returns (got, want) complex [BLOCK_M] (want: float64 walk)."""
+    n, block_m = len(statuses), 4
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    g = torch.Generator().manual_seed(seed)
+    nan = float("nan")
+    carry = torch.randn(2 * n, 6, block_m, generator=g, dtype=torch.float64)
+    sync = torch.zeros(1 + 2 * n, dtype=torch.int32)
+    sync[1:1 + n] = 2                    # the first group: never read (NaN payloads)
+    carry[:n] = nan
+    for k, s in enumerate(statuses):
+        sync[1 + n + k] = s
+        if s != 1:
+            carry[n + k, :4] = nan       # an aggregate the walk must not compose
+        if s != 2:
+            carry[n + k, 4:] = nan       # a prefix the walk must not read
+    init = torch.randn(2, block_m, generator=g, dtype=torch.float64)
+    io = torch.cat([init, torch.zeros(2, block_m, dtype=torch.float64)]).float()
+    sync_d, carry_d, io_d = sync.to(device), carry.float().to(device), io.to(device)
+    _look_back_probe[(1,)](sync_d, carry_d, io_d, n + c, c, BLOCK_M=block_m, WIDTH=width)
+    got = torch.complex(io_d[2].double().cpu(), io_d[3].double().cpu())
+    # the walk one predecessor at a time, in float64
+    pq = carry[n:].float().double()
+    ea, eb = torch.ones(block_m, dtype=torch.complex128), torch.zeros(block_m,
+                                                                      dtype=torch.complex128)
+    state = torch.complex(init[0].float().double(), init[1].float().double())
+    for j in range(c - 1, -1, -1):
+        if statuses[j] == 2:
+            return got, ea * torch.complex(pq[j, 4], pq[j, 5]) + eb
+        assert statuses[j] == 1
+        p, q = torch.complex(pq[j, 0], pq[j, 1]), torch.complex(pq[j, 2], pq[j, 3])
+        ea, eb = ea * p, ea * q + eb
+    return got, state
+
+
+@pytest.mark.parametrize("width", [1, 8, 16])
+def test_look_back_window_on_set_statuses(width):
+    n = 30
+    cases = [
+        ([2] + [1] * (n - 1), 29),                     # aggregates back to chunk 0
+        ([2] + [1] * (n - 1), 9),
+        ([2] + [0] * 20 + [2, 1, 1, 1, 1, 1, 1, 1, 1], 30),   # unpublished beyond the prefix
+        ([2] + [0] * 12 + [2] + [1] * 16, 30),         # the prefix two or three polls back
+        ([2, 1, 2, 1, 1, 2, 0, 1, 2, 2, 1, 1, 1] + [0] * 17, 13),   # mixed, newest first
+        ([2] * n, 29),                                 # the newest is a prefix
+        ([2] + [1] * 7 + [2] + [1] * 8 + [0] * 13, 17),  # a prefix exactly one poll back
+        ([2] * n, 1),
+        ([2] * n, 0),                                  # chunk 0: init, no walk
+    ]
+    for k, (statuses, c) in enumerate(cases):
+        got, want = _probe_walk(statuses, c, width, seed=k)
+        assert torch.isfinite(got).all(), (k, got)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=f"case {k}")
 
 
 # ---- GPU -----------------------------------------------------------------------------------
@@ -311,8 +431,13 @@ def _cuda_inputs(problem, seed, reset_rate=0.002):
     LookbackConfig(chunk=64, block_m=64, num_warps=2, lookback="chained", window=8,
                    inner="loop"),
     LookbackConfig(chunk=32, block_m=256, num_warps=2, inner="loop", rows=2),
+    LookbackConfig(chunk=128, block_m=32, num_warps=4, lookback_width=8),
+    LookbackConfig(chunk=16, block_m=16, num_warps=2, lookback_width=16),
+    LookbackConfig(chunk=32, block_m=32, num_warps=4, lookback_width=16, sub=4),
+    LookbackConfig(chunk=32, block_m=64, num_warps=2, inner="loop", lookback_width=8),
+    LookbackConfig(chunk=32, block_m=256, num_warps=4, inner="loop", lookback_width=8),
 ], ids=lambda c: f"{c.lookback}{c.window}-c{c.chunk}x{c.sub}-m{c.block_m}-w{c.num_warps}"
-                 f"-{c.inner}-r{c.rows}")
+                 f"-{c.inner}-r{c.rows}-lw{c.lookback_width}")
 def test_gpu_race_stress(cfg):
     """Thousands of chunks, repeated: every run close to serial (forward and backward), chained
     runs bitwise identical.  A lost or reordered publication reads an unwritten payload
@@ -392,7 +517,9 @@ def test_fused_layer_rows2_matches_rows1():
     g = torch.Generator().manual_seed(11)
     x = torch.randn(B, L, 2 * M, generator=g)
     gamma = torch.rand(M, generator=g) + 0.5
-    eta, delta = 0.3 * torch.randn(B, L, generator=g), 0.3 * torch.randn(B, L, generator=g)
+    dirs = torch.randn(2, 2 * M + 1, generator=g)
+    dirs = dirs / dirs.norm(dim=1, keepdim=True)       # the controller's unit directions
+    scales = torch.tensor([0.7, -0.5]) / M ** 0.5       # tanh(amplitudes) / sqrt(M)
     nu_log, theta_log = 0.5 * torch.randn(M, generator=g), torch.randn(M, generator=g)
     h0 = (torch.randn(B, M, generator=g), torch.randn(B, M, generator=g))
     seg = torch.arange(L, dtype=torch.int32).repeat(B, 1) + 3
@@ -401,7 +528,7 @@ def test_fused_layer_rows2_matches_rows1():
 
     def run(cfg):
         leaves = [t.clone().requires_grad_(True)
-                  for t in (x, gamma, eta, delta, nu_log, theta_log, *h0)]
+                  for t in (x, dirs, scales, gamma, nu_log, theta_log, *h0)]
         y, (fr, fi) = lb.fused_layer(*leaves[:6], cfg, seg=seg, h0=tuple(leaves[6:]))
         ((y * up).sum() + fr.sum() - 2 * fi.sum()).backward()
         return [y, fr, fi] + [t.grad for t in leaves]

@@ -10,10 +10,10 @@ Per program ([CHUNK, BLOCK_M] tile, the transition evaluated in registers):
 1. (P[r], Q[r]) = composition of rows 0..r of z -> A z + u (``tile_scan``); the chunk's
    aggregate is the last row (padding rows are the identity).
 2. Publish the aggregate with status 1 (which chunks do: below).
-3. Look back over predecessor chunks of the same (b, mode tile): spin while a predecessor's
-   status is 0; status 2 (its inclusive prefix, the state after it) ends the walk, status 1
-   (its aggregate) is composed in and the walk continues one chunk further back.  Chunk 0
-   starts from ``init``.
+3. Look back over predecessor chunks of the same (b, mode tile), WIDTH of them per poll
+   (``_look_back``): spin while the newest not yet composed has status 0; status 2 (its
+   inclusive prefix, the state after it) ends the walk, status 1 (its aggregate) is composed
+   in and the walk continues further back.  Chunk 0 starts from ``init``.
 4. Publish the inclusive prefix P[last] carry + Q[last] with status 2 (which chunks do: below).
 5. Replay: state[r] = P[r] carry + Q[r] for every row, stored in the output dtype.
 
@@ -57,8 +57,10 @@ grad h0 = conj(A[0]) g[0]; control partials [B, L, n_mtiles], spectrum partials
 
 Memory ordering: payloads are stored by every thread, then a CTA barrier, then one release
 atomic sets the status (the release is cumulative over the writes the barrier ordered before
-it).  Readers poll with an acquire atomic (its scalar result is broadcast through shared
-memory behind a barrier) and read payloads with volatile loads (not served from L1).
+it).  Readers poll with an acquire atomic per window status (the result is broadcast through
+shared memory behind a barrier, for tensor atomics too in Triton 3.6 and 3.9: checked in the
+SASS; Triton 3.3 did not, triton-lang/triton#7402) and read payloads with volatile loads (not
+served from L1).
 """
 import triton
 import triton.language as tl
@@ -85,11 +87,40 @@ def _publish(flag_ptr, status):
 
 
 @triton.jit
-def _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, BLOCK_M: tl.constexpr):
-    """The state entering chunk ``c`` ([BLOCK_M] pair): walk predecessors slot-1, slot-2, ...
+def _window_stop(status, WIDTH: tl.constexpr):
+    """Where a look-back window ends: statuses [WIDTH] of a window's predecessors, oldest
+    first (row r: chunk j - WIDTH + 1 + r).  Returns (stop, stop_status): the newest row whose
+    status is not 1 (-1 if every row holds a published aggregate) and its status (0: not yet
+    published, 2: an inclusive prefix; 0 when stop = -1).  The rows after stop are the
+    aggregates to compose.  One reduction: the key r * 4 + status orders by row."""
+    r = tl.arange(0, WIDTH)
+    key = tl.max(tl.where(status != 1, r * 4 + status, -4), axis=0)
+    stop = (key + 4) // 4 - 1                 # floor: key >= -4
+    return stop, key - 4 * stop
+
+
+@triton.jit
+def _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, BLOCK_M: tl.constexpr,
+               WIDTH: tl.constexpr):
+    """The state entering chunk ``c`` ([BLOCK_M] pair): walk predecessors c-1, c-2, ... in
+    windows of WIDTH chunks.
+
+    A window is predecessors j - WIDTH + 1 .. j (j: the newest not yet composed); row r of
+    its statuses [WIDTH] is chunk j - WIDTH + 1 + r (oldest first).  Chunk 0 always publishes
+    its inclusive prefix, so a walk ends there at the latest (rows before chunk 0 read as
+    status 2, never reached).  One poll is one vector acquire atomic
+    on the WIDTH statuses, then the payloads they make valid: the aggregates of the rows after
+    ``stop`` (the newest row not holding an aggregate, :func:`_window_stop`) and, when stop's
+    status is 2, its inclusive prefix (masked loads, independent of each other: one L2 round
+    trip for all).  The aggregates extend E newest first, each on [BLOCK_M] vectors in the
+    lanes' own registers (no cross-thread step; rows at or before stop are identity maps,
+    which change nothing), the order of a walk one predecessor at a time.  Then stop's status
+    decides: 2 ends the walk; 0 (not yet published) polls again from stop, the aggregates
+    after it composed already (stop = j: spin); no stop (WIDTH aggregates) moves the window
+    WIDTH chunks back.  WIDTH = 1 is the walk one predecessor per poll.
 
     E = (ea, eb) composes the aggregates of chunks j+1 .. c-1 already passed, so the carry is
-    ea * s_j + eb once the inclusive prefix s_j of chunk j is found.
+    ea * s + eb once the inclusive prefix s is found.
     """
     ea_r = tl.full((BLOCK_M,), 1.0, tl.float32)
     ea_i = tl.zeros((BLOCK_M,), tl.float32)
@@ -97,29 +128,50 @@ def _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, BLOCK_M: tl
     eb_i = tl.zeros((BLOCK_M,), tl.float32)
     carry_r = init_r
     carry_i = init_i
+    r = tl.arange(0, WIDTH)                                                      # [WIDTH]
+    lane_zero = lane_t * 0                                                       # [BLOCK_M]
     j = c - 1
     while j >= 0:
-        pred = slot - (c - j)
-        status = tl.atomic_add(sync_ptr + 1 + pred, 0, sem="acquire")
-        base = carry_ptr + pred.to(tl.int64) * (SLOT_ROWS * BLOCK_M) + lane_t
-        if status == 2:
-            sr = tl.load(base + 4 * BLOCK_M, volatile=True)
-            si = tl.load(base + 5 * BLOCK_M, volatile=True)
-            carry_r, carry_i = cmul(ea_r, ea_i, sr, si)
-            carry_r += eb_r
-            carry_i += eb_i
-            j = c - c - 1
-        elif status == 1:
-            pr = tl.load(base, volatile=True)
-            pi = tl.load(base + BLOCK_M, volatile=True)
-            qr = tl.load(base + 2 * BLOCK_M, volatile=True)
-            qi = tl.load(base + 3 * BLOCK_M, volatile=True)
-            # E := E o (P, Q): the predecessor's map applies first
+        chunk = j - (WIDTH - 1) + r                                              # [WIDTH]
+        exists = chunk >= 0
+        status = tl.atomic_add(sync_ptr + 1 + (slot - c + chunk), tl.zeros_like(chunk),
+                               mask=exists, sem="acquire")
+        status = tl.where(exists, status, 2)     # before chunk 0: a stop, never reached
+        stop, stop_status = _window_stop(status, WIDTH)
+        # per-lane masks from tensors (the interpreter rejects a tensor & scalar-bool mask)
+        stop_lanes = lane_zero + stop                                            # [BLOCK_M]
+        # stop's inclusive prefix, issued with the aggregates
+        has = (lane_zero + stop_status) == 2
+        at = (carry_ptr + (slot - c + j - (WIDTH - 1) + stop).to(tl.int64) * (SLOT_ROWS * BLOCK_M)
+              + lane_t)
+        sr = tl.load(at + 4 * BLOCK_M, mask=has, other=0.0, volatile=True)
+        si = tl.load(at + 5 * BLOCK_M, mask=has, other=0.0, volatile=True)
+        # every payload load issued before the first use (program order is the PTX's
+        # order; a load after a use of another would wait a round trip)
+        rows = ()
+        for k in tl.static_range(WIDTH):
+            # chunk j - k (row WIDTH - 1 - k), an identity map unless after stop
+            take = stop_lanes < WIDTH - 1 - k
+            at = (carry_ptr + (slot - c + j - k).to(tl.int64) * (SLOT_ROWS * BLOCK_M)
+                  + lane_t)
+            rows = rows + ((tl.load(at, mask=take, other=1.0, volatile=True),
+                            tl.load(at + BLOCK_M, mask=take, other=0.0, volatile=True),
+                            tl.load(at + 2 * BLOCK_M, mask=take, other=0.0, volatile=True),
+                            tl.load(at + 3 * BLOCK_M, mask=take, other=0.0, volatile=True)),)
+        for k in tl.static_range(WIDTH):
+            # E := E o (P, Q) of chunk j - k: the older map applies first
+            pr, pi, qr, qi = rows[k]
             br_, bi_ = cmul(ea_r, ea_i, qr, qi)
             eb_r += br_
             eb_i += bi_
             ea_r, ea_i = cmul(ea_r, ea_i, pr, pi)
-            j = j - 1
+        if stop_status == 2:
+            carry_r, carry_i = cmul(ea_r, ea_i, sr, si)
+            carry_r += eb_r
+            carry_i += eb_i
+            j = c - c - 1
+        else:
+            j = j - (WIDTH - 1 - stop)        # stop = -1: the whole window; stop = j: spin
     return carry_r, carry_i
 
 
@@ -221,7 +273,7 @@ def lookback_scan(
     HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
     DECOUPLED: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, SUB: tl.constexpr,
     LOOP: tl.constexpr, M_ALIGN: tl.constexpr = 1, FUSED: tl.constexpr = False,
-    SAVE_H: tl.constexpr = False, ROWS: tl.constexpr = 1,
+    SAVE_H: tl.constexpr = False, ROWS: tl.constexpr = 1, WIDTH: tl.constexpr = 1,
 ):
     """Grid: (B * n_mtiles * n_chunks,); the program id is ignored in favour of the ticket.
 
@@ -248,6 +300,7 @@ def lookback_scan(
 
     ROWS (LOOP only; 1 or 2): rows per step of the walks, their loads issued together (see
     :func:`~samu_tune.kernels.chunk_walk.walk_summary`).
+    WIDTH: predecessors read per look-back poll (:func:`_look_back`; 1 in chained mode).
     """
     if M_ALIGN > 1:
         M = M // M_ALIGN * M_ALIGN
@@ -342,7 +395,7 @@ def lookback_scan(
             init_r = tl.zeros((BLOCK_M,), tl.float32)
             init_i = tl.zeros((BLOCK_M,), tl.float32)
     carry_r, carry_i = _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i,
-                                  BLOCK_M)
+                                  BLOCK_M, WIDTH)
 
     # 3. the inclusive prefix: the state after the chunk
     end_r, end_i = cmul(agg_pr, agg_pi, carry_r, carry_i)

@@ -60,6 +60,18 @@ _LOOP_WARPS = (2, 4)
 _LOOP_ROWS2_LANES = (2, 4)
 _LOOP_ROWS2_MAX_CHUNK = 64
 
+# look-back width (``lookback_width``, decoupled only): predecessors read per look-back poll,
+# their statuses in one vector atomic and their payloads in one L2 round trip, so a walk over
+# n predecessors takes ~n / width polls instead of n.  A poll holds width x 4 payload vectors
+# of the lanes a thread owns (fp32).  ptxas for sm_90 (Triton 3.6 and 3.9, bf16) issues them
+# all before the first use while width x lanes per thread <= 16: loop 32x256x4 (2 lanes)
+# forward 56-64 -> 116-126 registers at width 8, no spills; tile 128x32x4 (1 lane; the tile's
+# 32 elements per thread spill already) 64-84 -> 40-64 bytes spilled forward at width 8,
+# 148-160 at 16.  At 8 x 4 lanes it spills and serialises the loads (a round trip per row).
+# A width pays only where a walk can be longer than the next narrower width covers in a poll.
+_MAX_WIDTH_LANES = 16
+_WIDTH_BELOW = {8: 1, 16: 8}
+
 
 class LookbackConfig(BaseModel):
     """Launch choices of the look-back scan.
@@ -88,6 +100,7 @@ class LookbackConfig(BaseModel):
     sub: Literal[1, 4, 16] = 1
     inner: Literal["tile", "loop"] = "tile"
     rows: Literal[1, 2] = 1
+    lookback_width: Literal[1, 8, 16] = 1     # predecessors per look-back poll (decoupled)
 
 
 def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
@@ -95,7 +108,9 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
     elements, and decoupled look-back under deterministic mode.  Loop-inner configs: a small
     subspace (``_LOOP_*``: chunk, lanes per thread, warps, rows per step), sub 1, decoupled
     look-back (chained only under deterministic mode), so the tuner tries ~10-26 of them per
-    problem; ``rows`` 2 only for loop configs."""
+    problem (times the look-back widths); ``rows`` 2 only for loop configs of look-back width
+    1.  A look-back width > 1: decoupled only, within the register budget
+    (``_MAX_WIDTH_LANES``), and only where walks can be longer than a narrower width covers."""
     if cfg.block_m > max(16, intmath.next_power_of_2(problem.M)):
         return False
     if cfg.chunk * cfg.sub > max(16, intmath.next_power_of_2(problem.L)):
@@ -106,7 +121,8 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
                 or cfg.block_m % (32 * cfg.num_warps) or cfg.sub != 1):
             return False
         if cfg.rows != 1 and (cfg.block_m // (32 * cfg.num_warps) not in _LOOP_ROWS2_LANES
-                              or cfg.chunk > _LOOP_ROWS2_MAX_CHUNK):
+                              or cfg.chunk > _LOOP_ROWS2_MAX_CHUNK
+                              or cfg.lookback_width != 1):    # each doubles the registers
             return False
         if cfg.lookback == "chained" and not problem.deterministic:
             return False
@@ -121,6 +137,12 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
             return False
     if cfg.window > 1 and (cfg.lookback == "decoupled"
                            or cfg.window >= n_chunks(problem.L, cfg.chunk * cfg.sub)):
+        return False
+    if cfg.lookback_width > 1 and (
+            cfg.lookback == "chained"
+            or n_chunks(problem.L, cfg.chunk * cfg.sub) - 1 <= _WIDTH_BELOW[cfg.lookback_width]
+            or cfg.lookback_width * max(1, cfg.block_m // (32 * cfg.num_warps))
+            > _MAX_WIDTH_LANES):
         return False
     return not (problem.deterministic and cfg.lookback == "decoupled")
 
@@ -184,7 +206,9 @@ def workspace_bytes(problem: ScanProblem, cfg: LookbackConfig) -> int:
 class LookbackPlan:
     """Kernel launch parameters.  ``window`` is the config's in chained mode; in decoupled
     mode it is 1 except in tests, which raise it to drive the aggregate path (see
-    :mod:`samu_tune.kernels.lookback`)."""
+    :mod:`samu_tune.kernels.lookback`).  ``width``: the look-back's predecessors per poll
+    (the config's ``lookback_width`` in decoupled mode; chained mode walks one at a time, its
+    fixed combination order)."""
 
     chunk: int
     block_m: int
@@ -194,12 +218,14 @@ class LookbackPlan:
     sub: int = 1
     loop: bool = False
     rows: int = 1
+    width: int = 1
 
     @classmethod
     def of(cls, cfg: LookbackConfig, window: Optional[int] = None) -> "LookbackPlan":
-        return cls(cfg.chunk, cfg.block_m, cfg.num_warps, cfg.lookback == "decoupled",
+        decoupled = cfg.lookback == "decoupled"
+        return cls(cfg.chunk, cfg.block_m, cfg.num_warps, decoupled,
                    cfg.window if window is None else window, cfg.sub, cfg.inner == "loop",
-                   cfg.rows)
+                   cfg.rows, cfg.lookback_width if decoupled else 1)
 
 
 def control_table(eta: torch.Tensor, delta: torch.Tensor,
@@ -252,7 +278,7 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
         HAS_RESETS=seg is not None, HAS_H0=h0[0] is not None, REVERSE=reverse,
         DECOUPLED=plan.decoupled, CHUNK=plan.chunk, BLOCK_M=plan.block_m, SUB=plan.sub,
         LOOP=plan.loop, M_ALIGN=m_align(plan, M), FUSED=gamma is not None, SAVE_H=save_h,
-        ROWS=plan.rows, num_warps=plan.num_warps)
+        ROWS=plan.rows, WIDTH=plan.width, num_warps=plan.num_warps)
 
 
 class _LookbackScan(torch.autograd.Function):
