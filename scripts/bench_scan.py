@@ -49,7 +49,13 @@ KNOWN_GOOD = {
                  dict(chunk=64, block_m=32, num_warps=2), dict(chunk=256, block_m=16, num_warps=4),
                  dict(chunk=32, block_m=512, num_warps=4, inner="loop"),
                  dict(chunk=32, block_m=256, num_warps=4, inner="loop"),
-                 dict(chunk=32, block_m=128, num_warps=2, inner="loop")],
+                 dict(chunk=32, block_m=128, num_warps=2, inner="loop"),
+                 # rows per step 2 and look-back width 8 (s13b/lookback: bench_lookback)
+                 dict(chunk=64, block_m=512, num_warps=4, inner="loop", rows=2),
+                 dict(chunk=64, block_m=256, num_warps=2, inner="loop", rows=2),
+                 dict(chunk=32, block_m=256, num_warps=4, inner="loop", rows=2),
+                 dict(chunk=32, block_m=128, num_warps=2, inner="loop", rows=2),
+                 dict(chunk=64, block_m=32, num_warps=2, lookback_width=8)],
 }
 
 
