@@ -395,3 +395,15 @@ def test_fused_strategy_falls_back_where_it_cannot_run():
             layer(x, segment_pos=torch.zeros(1, 39, dtype=torch.int32))
     with pytest.raises(ValueError, match="unknown layer strategy"):
         samu_tune.SAMU(4, strategy="fastest")
+
+
+def test_fused_layer_walks_one_row_per_step_at_four_lanes():
+    # two rows per step at 4 lanes per thread would take the fused backward to 182 registers
+    # (unmeasured): the fused layer runs such a scan decision with one row
+    from samu_tune.layer import fused as fused_mod
+    from samu_tune.problem import ScanProblem
+    problem = ScanProblem(B=2, L=256, M=512, dtype="bfloat16", device="cpu", final_state=True)
+    four = {"chunk": 64, "block_m": 512, "num_warps": 4, "inner": "loop", "rows": 2}
+    two = {"chunk": 64, "block_m": 256, "num_warps": 4, "inner": "loop", "rows": 2}
+    assert fused_mod.config_for_problem(problem, ("lookback", four)).rows == 1
+    assert fused_mod.config_for_problem(problem, ("lookback", two)).rows == 2

@@ -83,10 +83,21 @@ def _loop_choice(decide, problem) -> Optional[BaseModel]:
     try:
         decision = decide()
         if decision.strategy.name == "lookback" and decision.config.inner == "loop":
-            return decision.config
+            return _fused_rows(decision.config)
     except Exception:  # dispatch cannot decide (e.g. nothing eligible): the default below
         pass
     return _loop_config(problem())
+
+
+@functools.lru_cache(maxsize=256)
+def _fused_rows(cfg: BaseModel) -> BaseModel:
+    """``cfg`` with one row per walk step when it walks two at more than 2 lanes per thread:
+    the fused backward then needs 182 registers (ptxas sm_90, Triton 3.6: 114 at one row;
+    scripts/results/cpu-ptxas/lookback_loop_rows_sm90.txt), never timed on a GPU, while the
+    one-row fused layer is the measured one (scripts/results/NVIDIA-H200/s13b/layer)."""
+    if cfg.rows > 1 and cfg.block_m // (32 * cfg.num_warps) > 2:
+        return cfg.model_copy(update={"rows": 1})
+    return cfg
 
 
 @functools.lru_cache(maxsize=512)
