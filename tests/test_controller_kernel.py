@@ -142,3 +142,33 @@ def test_forward_writes_the_scans_control_table(resets):
     torch.testing.assert_close(c.table, want, rtol=1e-6, atol=1e-7)
     if resets:
         assert bool((c.table.view(B, L, -1)[..., 1][seg == 0] == 0).all())
+
+
+def test_operands_of_other_shapes_dtypes_or_layouts_are_refused():
+    """The kernels index x, dirs, scales, s, the upstream gradients and a given grad x by T and
+    K unchecked: the binding refuses a mismatch with a ValueError naming the operand."""
+    x = _x(2, 5, 4, torch.float32, "cpu")                                # K = 8, T = 10
+    dirs, scales = torch.randn(2, 9), torch.randn(2)
+    c = kernel_controller.forward(x, dirs, scales)
+    zeros = torch.zeros(10)
+    bad_forward = [
+        ((x, torch.randn(2, 8), scales), {}, "dirs"),                    # K columns, not K + 1
+        ((x, dirs.double(), scales), {}, "dirs"),
+        ((x, dirs, torch.randn(3)), {}, "scales"),
+        ((x.double(), dirs, scales), {}, "x must"),
+        ((x.transpose(0, 1), dirs, scales), {}, "x must"),
+        ((x, dirs, scales), {"table": True, "seg": torch.zeros(9, dtype=torch.int32)}, "seg"),
+    ]
+    for args, kwargs, match in bad_forward:
+        with pytest.raises(ValueError, match=match):
+            kernel_controller.forward(*args, **kwargs)
+    bad_backward = [
+        ((x, dirs, scales, c.s, zeros[:9], zeros), "d_eta"),
+        ((x, dirs, scales, c.s, zeros, zeros.double()), "d_delta"),
+        ((x, dirs, scales, c.s, zeros, zeros, torch.zeros(2, 5, 8, dtype=torch.bfloat16)),
+         "grad_x"),
+        ((x, dirs, scales, c.s[:, :9], zeros, zeros), r"s\[0\]"),
+    ]
+    for args, match in bad_backward:
+        with pytest.raises(ValueError, match=match):
+            kernel_controller.backward(*args)

@@ -537,3 +537,30 @@ def test_fused_layer_rows2_matches_rows1():
     for a, b in zip(one, two):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
     assert all(float(t.detach().abs().max()) > 0 for t in one)
+
+
+def test_fused_layer_refuses_bad_inputs():
+    # the kernels index gamma, nu_log, theta_log, h0 and seg by B, L, M unchecked
+    B, L, M = 2, 5, 4
+    x = torch.randn(B, L, 2 * M)
+    dirs, scales = torch.randn(2, 2 * M + 1), torch.randn(2)
+    params = [torch.ones(M), torch.zeros(M), torch.zeros(M)]           # gamma, nu_log, theta_log
+    assert lb.fused_layer(x, dirs, scales, *params, LOOP)[0].shape == (B, L, 2 * M)
+    with pytest.raises(ValueError, match="loop-inner"):
+        lb.fused_layer(x, dirs, scales, *params, SMALL)
+    with pytest.raises(ValueError, match="loop-inner"):
+        lb.fused_layer(x, dirs, scales, *params, LOOP.model_dump())
+    with pytest.raises(ValueError, match=r"\[B, L, 2M\]"):
+        lb.fused_layer(x.reshape(B * L, 2 * M), dirs, scales, *params, LOOP)
+    for k, bad in ((0, torch.ones(M + 1)), (1, torch.zeros(M, dtype=torch.float64)),
+                   (2, torch.zeros(2, M))):
+        wrong = params[:k] + [bad] + params[k + 1:]
+        with pytest.raises(ValueError, match=("gamma", "nu_log", "theta_log")[k]):
+            lb.fused_layer(x, dirs, scales, *wrong, LOOP)
+    with pytest.raises(ValueError, match=r"h0\[0\]"):
+        lb.fused_layer(x, dirs, scales, *params, LOOP, h0=(torch.zeros(B, M - 1),
+                                                           torch.zeros(B, M)))
+    with pytest.raises(ValueError, match="seg"):
+        lb.fused_layer(x, dirs, scales, *params, LOOP, seg=torch.zeros(L, B, dtype=torch.int32))
+    with pytest.raises(ValueError, match="dirs"):
+        lb.fused_layer(x, dirs[:, :-1].contiguous(), scales, *params, LOOP)

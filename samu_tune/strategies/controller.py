@@ -34,6 +34,33 @@ _NUM_WARPS = 4
 _BWD_PROGRAMS = 640
 
 
+X_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_OWNER = "controller kernels"
+
+
+def check_tensor(owner: str, what: str, t: torch.Tensor, shape: tuple[int, ...],
+                 dtype: torch.dtype, device: torch.device, per_token: bool = False) -> None:
+    """Raise ValueError (naming ``owner`` and ``what``) unless ``t`` is contiguous with
+    ``shape`` (``per_token``: any shape of shape[0] = T elements), ``dtype`` and ``device``:
+    kernels index their operands by T, K or M unchecked."""
+    fits = t.numel() == shape[0] if per_token else tuple(t.shape) == shape
+    if not fits or t.dtype != dtype or t.device != device or not t.is_contiguous():
+        raise ValueError(f"{owner}: {what} must be contiguous {list(shape)} "
+                         f"{dtype} on {device}, got {'' if t.is_contiguous() else 'strided '}"
+                         f"{list(t.shape)} {t.dtype} on {t.device}")
+
+
+def _check_operands(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor) -> None:
+    """x [..., K] (contiguous, bf16 / fp16 / fp32), dirs [2, K + 1], scales [2] fp32."""
+    if x.dim() == 0 or x.shape[-1] == 0 or x.dtype not in X_DTYPES or not x.is_contiguous():
+        raise ValueError(f"{_OWNER}: x must be a contiguous [..., 2M] tensor in "
+                         f"bf16 / fp16 / fp32, got {list(x.shape)} {x.dtype}"
+                         f"{'' if x.is_contiguous() else ' (strided)'}")
+    K = x.shape[-1]
+    check_tensor(_OWNER, "dirs", dirs, (2, K + 1), torch.float32, x.device)
+    check_tensor(_OWNER, "scales", scales, (2,), torch.float32, x.device)
+
+
 def _block_k(K: int, most: int) -> int:
     return min(most, max(16, intmath.next_power_of_2(K)))
 
@@ -58,9 +85,15 @@ class Controls(NamedTuple):
 def forward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, *,
             table: bool = False, seg: Optional[torch.Tensor] = None) -> Controls:
     """The controls of the tokens of ``x`` [..., K] (contiguous), flattened to T = x.numel()
-    / K; with ``table`` also the scan's control table (``seg`` [T] resets, or None)."""
+    / K; with ``table`` also the scan's control table (``seg`` [T] resets, or None).
+    ValueError on operands of other shapes, dtypes or devices (:func:`_check_operands`)."""
+    _check_operands(x, dirs, scales)
     K = x.shape[-1]
     T = x.numel() // K
+    if seg is not None and (seg.numel() != T or seg.device != x.device
+                            or seg.is_floating_point() or not seg.is_contiguous()):
+        raise ValueError(f"{_OWNER}: seg must be contiguous integers, one per token "
+                         f"({T}) on {x.device}, got {list(seg.shape)} {seg.dtype}")
     stride = intmath.cdiv(T, 4) * 4
     buf = _alloc.empty(4 * stride, dtype=torch.float32, device=x.device).view(4, stride)[:, :T]
     ctl = (_alloc.empty(T, control_kernels.TABLE_COLS.value, dtype=torch.float32,
@@ -81,9 +114,14 @@ def backward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, s: torch
     ``d_delta`` (T elements each) and forward's ``s``.  ``grad_x`` given (contiguous, x's
     shape and dtype): the controller's grad x is added into it in place (no extra pass over
     [T, K]); else a fresh one in x's dtype.  The partials are summed in a fixed order
-    (deterministic)."""
+    (deterministic).  ValueError on operands of other shapes, dtypes or devices."""
+    _check_operands(x, dirs, scales)
     K = x.shape[-1]
     T = x.numel() // K
+    for what, t in (("s[0]", s[0]), ("s[1]", s[1]), ("d_eta", d_eta), ("d_delta", d_delta)):
+        check_tensor(_OWNER, what, t, (T,), torch.float32, x.device, per_token=True)
+    if grad_x is not None:
+        check_tensor(_OWNER, "grad_x", grad_x, tuple(x.shape), x.dtype, x.device)
     block_k = _block_k(K, _BWD_BLOCK_K)
     col_tiles = intmath.cdiv(K, block_k)
     per = intmath.cdiv(T, max(1, _BWD_PROGRAMS // col_tiles))

@@ -431,9 +431,22 @@ def fused_layer(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, gamma
     """The SAMU layer with the controller kernels and the scan's write and ReLU output fused
     (:class:`_FusedLayer`), differentiable in x, dirs, scales, gamma, nu_log, theta_log and
     h0.  All inputs contiguous, parameters fp32; ``cfg`` must be loop-inner (the tile path has
-    no fused I/O).  Returns (y, final state)."""
-    if cfg.inner != "loop":
-        raise ValueError(f"the fused SAMU layer needs a loop-inner config, got {cfg!r}")
+    no fused I/O).  Returns (y, final state).  ValueError on a config that is not a loop-inner
+    :class:`LookbackConfig` or on inputs of other shapes, dtypes or devices (the kernels index
+    them unchecked; dirs, scales and x are checked by the controller's binding)."""
+    if not isinstance(cfg, LookbackConfig) or cfg.inner != "loop":
+        raise ValueError(f"the fused SAMU layer needs a loop-inner LookbackConfig, got {cfg!r}")
+    if x.dim() != 3 or x.shape[-1] % 2:
+        raise ValueError(f"fused SAMU layer: x must be [B, L, 2M], got {list(x.shape)}")
+    B, L, width = x.shape
+    dev, f32 = x.device, torch.float32
+    for what, t in (("gamma", gamma), ("nu_log", nu_log), ("theta_log", theta_log)):
+        controller.check_tensor("fused SAMU layer", what, t, (width // 2,), f32, dev)
+    for what, t in zip(("h0[0]", "h0[1]"), h0 or ()):
+        controller.check_tensor("fused SAMU layer", what, t, (B, width // 2), f32, dev)
+    if seg is not None and (tuple(seg.shape) != (B, L) or seg.is_floating_point()):
+        raise ValueError(f"fused SAMU layer: seg must be integers [B, L] = {[B, L]}, got "
+                         f"{list(seg.shape)} {seg.dtype}")
     h0_r, h0_i = h0 if h0 is not None else (None, None)
     y, last_r, last_i = _grads.apply(_FusedLayer, LookbackPlan.of(cfg), seg, dirs, scales,
                                      nu_log, theta_log, x, gamma, h0_r, h0_i)
