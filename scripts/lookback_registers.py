@@ -6,7 +6,8 @@
 (``PTX_DUMP=DIR`` writes the PTX files there).
 
 Specs as in ``scripts/bench_lookback.py`` (a trailing ``l``: loop-inner, e.g. ``64x512x4l``;
-then ``r2``: two rows per walk step, ``64x512x4lr2``).
+then ``r2``: two rows per walk step, ``64x512x4lr2``, and ``wN``: look-back width N,
+``32x256x4lw8``).
 
 Compiles the kernel (bf16 data, resets and h0 on) through Triton's NVIDIA backend to PTX and
 runs the ptxas shipped with Triton on it (``ptxas -v``).  This is how the register budget in
@@ -116,7 +117,8 @@ def main() -> None:
         from samu_tune.registry import config_space
         big = ScanProblem(B=8, L=8192, M=1024)
         configs = [c for c in config_space(LookbackConfig) if valid(big, c)]
-    # the kernel's constexprs, each once (look-back mode and window do not change registers)
+    # the kernel's constexprs, each once (look-back mode and window do not change registers;
+    # the look-back width does)
     plans = sorted({(p.loop, p.chunk, p.block_m, p.num_warps, p.sub, p.rows, p.width)
                     for p in map(LookbackPlan.of, configs)})
     print(f"triton {triton.__version__}, ptxas {PTXAS}")

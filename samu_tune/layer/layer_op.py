@@ -114,8 +114,9 @@ register(Strategy(
     capability=LayerCapability(devices=frozenset({"cpu", "cuda"}), triton=False),
     run=_unfused, priority=10, modules=(_THIS, unfused), op="layer"))
 register(Strategy(
-    name="fused", description="write and relu output (and their gradients) inside the "
-                              "loop-inner look-back kernels: x read once, y written once",
+    name="fused", description="controller kernels, then write and relu output (and their "
+                              "gradients) inside the loop-inner look-back kernels: x read "
+                              "once by each, y written once",
     capability=LayerCapability(fused_io=True), run=_fused, priority=5,
     modules=(_THIS, fused, controller, kernel_controller), op="layer"))
 register(Strategy(

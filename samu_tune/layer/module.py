@@ -39,11 +39,12 @@ class SAMU(nn.Module):
     ``scan_strategy`` is passed to :func:`samu_tune.scan` (``"auto"``, a name, or
     ``(name, config)``); ``decode_strategy`` to :func:`samu_tune.layer.decode.decode_step`.
     ``strategy`` names the layer path: ``"unfused"`` (controller and write in torch, the scan
-    from the registry, ReLU in torch), ``"fused"`` (the write, the ReLU output and their
-    gradients inside the look-back scan's kernels: x read once, y written once, no [B, L, M]
-    write or output intermediates; see :mod:`samu_tune.layer.fused`; where it cannot run,
-    e.g. with ``cu_seqlens``, the unfused path) or ``"auto"`` (the layer op's dispatch,
-    :mod:`samu_tune.layer.layer_op`: a tuned or shipped choice, else unfused).
+    from the registry, ReLU in torch), ``"fused"`` (the controller kernels, then the write,
+    the ReLU output and their gradients inside the look-back scan's kernels: x read once by
+    each, y written once, no [B, L, M] write or output intermediates; see
+    :mod:`samu_tune.layer.fused`; where it cannot run, e.g. with ``cu_seqlens``, the unfused
+    path) or ``"auto"`` (the layer op's dispatch, :mod:`samu_tune.layer.layer_op`: a tuned or
+    shipped choice, else the rule: fused where eligible, else unfused).
     """
 
     def __init__(self, modes: int, *, r_min: float = 0.9, r_max: float = 0.999,

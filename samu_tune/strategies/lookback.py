@@ -65,9 +65,11 @@ _LOOP_ROWS2_MAX_CHUNK = 64
 # n predecessors takes ~n / width polls instead of n.  A poll holds width x 4 payload vectors
 # of the lanes a thread owns (fp32).  ptxas for sm_90 (Triton 3.6 and 3.9, bf16) issues them
 # all before the first use while width x lanes per thread <= 16: loop 32x256x4 (2 lanes)
-# forward 56-64 -> 116-126 registers at width 8, no spills; tile 128x32x4 (1 lane; the tile's
-# 32 elements per thread spill already) 64-84 -> 40-64 bytes spilled forward at width 8,
-# 148-160 at 16.  At 8 x 4 lanes it spills and serialises the loads (a round trip per row).
+# 63-77 -> 116-122 registers (forward and backward) at width 8, no spills; tile 128x32x4
+# (1 lane; the tile's 32 elements per thread spill already) 68-84 -> 40-52 bytes spilled
+# forward at width 8, 152-156 at 16
+# (scripts/results/cpu-ptxas/lookback_width_sm90_triton36_39.txt).  At 8 x 4 lanes it spills
+# and serialises the loads (a round trip per row).
 # A width pays only where a walk can be longer than the next narrower width covers in a poll.
 _MAX_WIDTH_LANES = 16
 _WIDTH_BELOW = {8: 1, 16: 8}
@@ -84,10 +86,12 @@ class LookbackConfig(BaseModel):
     walks its tiles twice, summary then replay, for more bytes in flight per program and a
     ``sub`` times shorter look-back chain).  ``inner``: ``tile`` scans each [chunk, block_m]
     tile in registers (tl.associative_scan); ``loop`` walks the program's ``chunk * sub`` rows
-    one at a time on [block_m] vectors, twice (summary, then replay re-reading the inputs from
-    L2): few registers per thread, high occupancy.  ``rows`` (loop only): rows per step of
+    ``rows`` at a time on [block_m] vectors, twice (summary, then replay re-reading the inputs
+    from L2): few registers per thread, high occupancy.  ``rows`` (loop only): rows per step of
     the loop-inner walks, their loads issued together (2: twice the bytes in flight per
-    program, for a few more registers).
+    program, for 1.3-1.9x the registers: see ``_LOOP_ROWS2_LANES``).  ``lookback_width``
+    (decoupled only): predecessors read per look-back poll (one vector status atomic, their
+    payloads in one round trip: see ``_MAX_WIDTH_LANES``).
     """
 
     model_config = ConfigDict(frozen=True)
