@@ -402,8 +402,11 @@ def test_fused_layer_walks_one_row_per_step_at_four_lanes():
     # (unmeasured): the fused layer runs such a scan decision with one row
     from samu_tune.layer import fused as fused_mod
     from samu_tune.problem import ScanProblem
+    from samu_tune.strategies.lookback import LookbackConfig
     problem = ScanProblem(B=2, L=256, M=512, dtype="bfloat16", device="cpu", final_state=True)
     four = {"chunk": 64, "block_m": 512, "num_warps": 4, "inner": "loop", "rows": 2}
     two = {"chunk": 64, "block_m": 256, "num_warps": 4, "inner": "loop", "rows": 2}
-    assert fused_mod.config_for_problem(problem, ("lookback", four)).rows == 1
-    assert fused_mod.config_for_problem(problem, ("lookback", two)).rows == 2
+    # the forced config itself, one field changed (not a fallback to the look-back default)
+    want = LookbackConfig(**{**four, "rows": 1})
+    assert fused_mod.config_for_problem(problem, ("lookback", four)) == want
+    assert fused_mod.config_for_problem(problem, ("lookback", two)) == LookbackConfig(**two)

@@ -68,6 +68,15 @@ def _grads(fn, inputs, weights=(1.0, 3.0, 1.0, -2.0)):
     return [out.real, out.imag, *(out.final_state or ())] + [leaf.grad for leaf in leaves]
 
 
+def _resets_at(L, cuts):
+    """segment_pos [2, L] int32: row 0 resets at each t in ``cuts``, row 1 at t = 0 only."""
+    seg = torch.arange(L, dtype=torch.int32).repeat(2, 1) + 5
+    for t in cuts:
+        seg[0, t:] = torch.arange(L - t, dtype=torch.int32)
+    seg[1, 0:] = torch.arange(L, dtype=torch.int32)
+    return seg
+
+
 @pytest.mark.parametrize("plan", [
     LookbackPlan.of(SMALL),
     LookbackPlan.of(CHAINED),
@@ -95,10 +104,7 @@ def test_sub_tiles_per_chunk(plan):
     problem = _problem(2, 150, 37, dtype="float32", resets=True, initial_state=True,
                        final_state=True)
     inputs = random_inputs(problem, seed=6)
-    seg = torch.arange(150, dtype=torch.int32).repeat(2, 1) + 5
-    for t in (16, 64, 70, 129):
-        seg[0, t:] = torch.arange(150 - t, dtype=torch.int32)
-    seg[1, 0:] = torch.arange(150, dtype=torch.int32)        # reset at t = 0 in row 1
+    seg = _resets_at(150, (16, 64, 70, 129))
     _check(plan, problem, inputs=inputs.replace(segment_pos=seg), seed=6)
     # without resets: h0 reaches every chunk, gradients flow through 9 tiles
     problem = _problem(1, 150, 5, dtype="float32", initial_state=True, final_state=True)
@@ -125,10 +131,7 @@ def test_loop_inner(plan):
     problem = _problem(2, 70, 37, dtype="float32", resets=True, initial_state=True,
                        final_state=True)
     inputs = random_inputs(problem, seed=8)
-    seg = torch.arange(70, dtype=torch.int32).repeat(2, 1) + 5
-    for t in (16, 20, 48, 69):
-        seg[0, t:] = torch.arange(70 - t, dtype=torch.int32)
-    seg[1, 0:] = torch.arange(70, dtype=torch.int32)
+    seg = _resets_at(70, (16, 20, 48, 69))
     _check(plan, problem, inputs=inputs.replace(segment_pos=seg), seed=8)
     # without resets h0 reaches every chunk; bf16 data
     problem = _problem(1, 45, 20, dtype="bfloat16", initial_state=True, final_state=True)
@@ -332,10 +335,7 @@ def test_wide_look_back(plan):
     problem = _problem(2, 170, 37, dtype="float32", resets=True, initial_state=True,
                        final_state=True)
     inputs = random_inputs(problem, seed=12)
-    seg = torch.arange(170, dtype=torch.int32).repeat(2, 1) + 5
-    for t in (16, 37, 96, 150):
-        seg[0, t:] = torch.arange(170 - t, dtype=torch.int32)
-    seg[1, 0:] = torch.arange(170, dtype=torch.int32)
+    seg = _resets_at(170, (16, 37, 96, 150))
     _check(plan, problem, inputs=inputs.replace(segment_pos=seg), seed=12)
     # without resets h0 reaches every chunk; bf16 data, odd M
     problem = _problem(1, 150, 5, dtype="bfloat16", initial_state=True, final_state=True)
