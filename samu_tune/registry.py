@@ -24,7 +24,6 @@ from pydantic import BaseModel, ConfigDict
 
 from .device import DeviceInfo, device_info
 from .problem import Problem, ScanProblem
-from .tensors import ScanInputs, ScanOutput
 
 ALL_DTYPES = frozenset({"float32", "bfloat16", "float16"})
 CONTROL_DTYPES = frozenset({"float32", "bfloat16"})

@@ -20,11 +20,9 @@ import concurrent.futures as cf
 import functools
 import importlib.util
 import json
-import math
 import os
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import torch

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 import samu_tune
+import samu_tune.layer.layer_op  # noqa: F401  (registers the layer op before BUILTIN below)
 from samu_tune import cache, dispatch, registry
-from samu_tune.layer import fused, layer_op
+from samu_tune.layer import fused
 from samu_tune.problem import LayerProblem, ScanProblem, op_of_key, problem_from_key
 from samu_tune.settings import settings
 
