@@ -238,6 +238,32 @@ def test_explain(cache_dir, capsys):
     assert "dtype float64" in reports["serial"]["reasons"][0]
 
 
+def test_explain_layer_and_decode_ops(cache_dir, capsys):
+    status, out, _ = run(capsys, "explain", "--op", "layer", "--B", "2", "--L", "64", "--M",
+                         "8", "--dtype", "float32", "--json", "--device", "cpu")
+    data = json.loads(out)
+    assert {r["name"] for r in data["strategies"]} == {
+        s.name for s in registry.all_strategies("layer")}
+    # M = 8: no loop-inner config, so the fused layer is ineligible and the rule says unfused
+    assert (data["strategy"], data["source"]) == ("unfused", "rule")
+    assert data["problem"]["final_state"] and data["problem"]["L"] == 64
+    status, out, _ = run(capsys, "explain", "--op", "layer", "--B", "2", "--L", "64", "--M",
+                         "80", "--device", "cpu")
+    assert status == 0 and "layer:B2-L64-M80-bf16-forward-final" in out
+    assert "would choose fused" in out
+    status, out, _ = run(capsys, "explain", "--op", "decode", "--B", "4", "--M", "16",
+                         "--initial-state", "--json", "--device", "cpu")
+    data = json.loads(out)
+    assert {r["name"] for r in data["strategies"]} == {
+        s.name for s in registry.all_strategies("decode")}
+    assert "decode:B4-M16-bf16-h0" in out
+    status, _, err = run(capsys, "explain", "--op", "decode", "--B", "4", "--L", "8", "--M",
+                         "16")
+    assert status == 2 and "--L" in err
+    status, _, err = run(capsys, "explain", "--B", "4", "--M", "16")
+    assert status == 2 and "--L is required" in err
+
+
 # ---- cache ---------------------------------------------------------------------------------
 
 def test_cache_commands(cache_dir, tmp_path, capsys, monkeypatch):

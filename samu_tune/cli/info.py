@@ -8,7 +8,7 @@ import torch
 
 from .. import registry
 from ..dispatch import explain
-from ..problem import ScanProblem
+from ..problem import DecodeProblem, LayerProblem, ScanProblem
 from . import console, render
 from .console import CLIError
 
@@ -30,13 +30,30 @@ def run_strategies(args: argparse.Namespace) -> int:
     return 0
 
 
-def problem_from_args(args: argparse.Namespace) -> ScanProblem:
+def problem_from_args(args: argparse.Namespace):
+    """The ScanProblem, LayerProblem (``--op layer``: the layer's scan fields, final state
+    always) or DecodeProblem (``--op decode``: B, M, dtype, a state given or not) of the
+    explain arguments."""
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     elif device == "cuda" and not torch.cuda.is_available():
         raise CLIError("--device cuda: no CUDA GPU found (explain uses this device's "
                        "signature and cache)")
+    op = getattr(args, "op", "scan")
+    if op == "decode":
+        if args.L is not None:
+            raise CLIError("--L: a decode step has no sequence length (drop --L for --op "
+                           "decode)")
+        return DecodeProblem(B=args.B, M=args.M, dtype=args.dtype, device=device,
+                             initial_state=args.initial_state)
+    if args.L is None:
+        raise CLIError(f"--L is required for --op {op}")
+    if op == "layer":
+        return LayerProblem(B=args.B, L=args.L, M=args.M, dtype=args.dtype, device=device,
+                            backward=args.mode == "train", resets=args.resets,
+                            initial_state=args.initial_state, final_state=True,
+                            deterministic=args.deterministic)
     return ScanProblem(B=args.B, L=args.L, M=args.M, dtype=args.dtype,
                        control_dtype=args.control_dtype, device=device,
                        backward=args.mode == "train", resets=args.resets,
