@@ -410,3 +410,31 @@ def test_fused_layer_walks_one_row_per_step_at_four_lanes():
     want = LookbackConfig(**{**four, "rows": 1})
     assert fused_mod.config_for_problem(problem, ("lookback", four)) == want
     assert fused_mod.config_for_problem(problem, ("lookback", two)) == LookbackConfig(**two)
+
+
+def test_fused_no_grad_operands_cached_until_a_parameter_changes():
+    # inference: the fused layer's parameter operands (unit directions, amplitude scales,
+    # gamma) are computed once per parameter version, with the same values as per call
+    torch.manual_seed(0)
+    layer = samu_tune.SAMU(72, strategy="fused", generator=torch.Generator().manual_seed(3))
+    x = torch.randn(2, 40, 144)
+    cache = layer._fused_operands
+    with torch.no_grad():
+        y1, s1 = layer(x)
+        y2, _ = layer(x)
+    assert cache.builds == 1
+    assert torch.equal(y1, y2)
+    y_grad, s_grad = layer(x)                    # grad mode: operands per call, same values
+    assert torch.equal(y_grad.detach(), y1) and torch.equal(s_grad[0].detach(), s1[0])
+    assert cache.builds == 1
+    with torch.no_grad():
+        layer.phase_direction.add_(0.5)           # an optimizer-style in-place update
+        layer.nu_log.mul_(1.1)
+        y3, _ = layer(x)
+    assert cache.builds == 2
+    assert not torch.equal(y3, y1)
+    y_fresh, _ = layer(x)                         # recomputed per call with gradients on
+    assert torch.equal(y_fresh.detach(), y3)
+    copy = __import__("copy").deepcopy(layer)
+    with torch.no_grad():
+        assert torch.equal(copy(x)[0], y3) and copy._fused_operands.builds == 1

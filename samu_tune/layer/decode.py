@@ -137,7 +137,8 @@ def decode_constants(params: SAMUParams) -> torch.Tensor:
 
 
 class ConstantsCache:
-    """:func:`decode_constants` memoised on the parameters' storage and version counter.
+    """``build(params)`` (default :func:`decode_constants`) memoised on the parameters'
+    storage and version counter (the fused layer's no-grad operands use it too).
 
     An in-place change through torch (an optimizer step, ``load_state_dict``, ``p.add_``
     under ``no_grad``), assigning ``p.data``, or moving the module, changes the key and
@@ -147,7 +148,8 @@ class ConstantsCache:
     Parameters without a version counter (inference tensors) are not cached.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, build=None) -> None:
+        self._build = build or decode_constants
         self.clear()
 
     def clear(self) -> None:
@@ -169,7 +171,7 @@ class ConstantsCache:
         key = self._key_of(params)
         if key is not None and key == self._key:
             return self._value
-        value = decode_constants(params)
+        value = self._build(params)
         self.builds += 1
         self.float64 = any(p.dtype == torch.float64 for p in params)
         if key is not None:
@@ -178,9 +180,10 @@ class ConstantsCache:
         return value
 
     def __getstate__(self):  # a copy or pickle starts empty (its parameters are new tensors)
-        return {}
+        return {"build": self._build}
 
-    def __setstate__(self, _state) -> None:
+    def __setstate__(self, state) -> None:
+        self._build = state.get("build") or decode_constants
         self.clear()
 
 

@@ -112,11 +112,28 @@ def _loop_config(problem: ScanProblem) -> Optional[BaseModel]:
                default=None)
 
 
+def operands(params: SAMUParams) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dirs [2, 2M+1], scales [2], gamma [M]), fp32 contiguous: the unit directions,
+    (tanh a_p, tanh a_r) / sqrt(M) and the write normalisation, computed in torch
+    (differentiable: autograd carries their gradients to the parameters)."""
+    dirs, scales = controller.kernel_operands(params)
+    return dirs, scales, write_gamma(params.nu_log.to(torch.float32)).contiguous()
+
+
+def operands_no_grad(params: SAMUParams) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`operands` without an autograd graph: what a ``ConstantsCache`` of the layer
+    keeps between no-grad calls (about a dozen tiny torch launches saved per call)."""
+    with torch.no_grad():
+        return operands(params)
+
+
 def forward(x: torch.Tensor, params: SAMUParams, state: Optional[State] = None,
-            segment_pos: Optional[torch.Tensor] = None, scan_strategy="auto"
-            ) -> Optional[tuple[torch.Tensor, State]]:
+            segment_pos: Optional[torch.Tensor] = None, scan_strategy="auto",
+            operands_cache=None) -> Optional[tuple[torch.Tensor, State]]:
     """``(y [B, L, 2M] in x's dtype, final state fp32 [B, M] pair)``, or None when the fused
-    path cannot run this call (see the module docstring)."""
+    path cannot run this call (see the module docstring).  ``operands_cache``: a
+    :class:`samu_tune.layer.decode.ConstantsCache` of :func:`operands_no_grad`, used when no
+    gradient is needed (the same fp32 values as computing them per call)."""
     if (x.dtype not in FUSED_DTYPES or not (x.is_cuda or settings().interpret)
             or any(p.dtype != torch.float32 for p in params)):
         return None
@@ -128,14 +145,16 @@ def forward(x: torch.Tensor, params: SAMUParams, state: Optional[State] = None,
     if state is not None and any(
             tuple(h.shape) != (B, width // 2) or h.device != x.device for h in state):
         return None
-    cfg = config_for(x, segment_pos, state is not None, scan_strategy,
-                     needs_grad(x, params, state))
+    grad = needs_grad(x, params, state)
+    cfg = config_for(x, segment_pos, state is not None, scan_strategy, grad)
     if cfg is None:
         return None
-    # the controller's operands and gamma in torch ([2, 2M+1], [2], [M]: autograd carries
-    # their gradients to the parameters); the controls themselves come from its kernels
-    dirs, scales = controller.kernel_operands(params)
-    gamma = write_gamma(params.nu_log.to(torch.float32)).contiguous()
+    # the controller's operands and gamma in torch ([2, 2M+1], [2], [M]); the controls
+    # themselves come from its kernels
+    if operands_cache is not None and not grad:
+        dirs, scales, gamma = operands_cache.get(params)
+    else:
+        dirs, scales, gamma = operands(params)
     h0 = None
     if state is not None:
         h0 = (state[0].to(torch.float32).contiguous(), state[1].to(torch.float32).contiguous())

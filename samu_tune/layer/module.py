@@ -10,7 +10,7 @@ from torch import nn
 from .. import dispatch
 from ..problem import LayerProblem, dtype_name
 from . import fused, unfused
-from .decode import Decoder
+from .decode import ConstantsCache, Decoder
 from .reference import SAMUParams, State, needs_grad
 
 LayerStrategy = Literal["auto", "unfused", "fused"]
@@ -87,6 +87,8 @@ class SAMU(nn.Module):
         self.phase_amplitude = param(torch.tensor(float(phase_amplitude_init)))
         self.radial_amplitude = param(torch.tensor(float(radial_amplitude_init)))
         self._decoder = Decoder()  # step's digested parameters and launch plans
+        # the fused layer's parameter operands between no-grad calls (inference)
+        self._fused_operands = ConstantsCache(fused.operands_no_grad)
 
     def extra_repr(self) -> str:
         return f"modes={self.modes}, strategy={self.strategy!r}"
@@ -122,7 +124,8 @@ class SAMU(nn.Module):
             # under torch.compile the choice and the fused kernels run eagerly behind a graph
             # break (as samu_tune.scan does); the unfused path is traced as before
             run = _fused_or_none_eager if dispatch._is_compiling() else _fused_or_none
-            done = run(self.strategy, x, params, state, segment_pos, self.scan_strategy)
+            done = run(self.strategy, x, params, state, segment_pos, self.scan_strategy,
+                       self._fused_operands)
             if done is not None:
                 return done
         return unfused.forward(x, params, state, segment_pos, cu_seqlens=cu_seqlens,
@@ -172,12 +175,14 @@ class SAMU(nn.Module):
                                   out=out, state_out=state_out)
 
     def invalidate_decode_cache(self) -> None:
-        """Make the next :meth:`step` re-digest the parameters and re-resolve its launch."""
+        """Make the next :meth:`step` re-digest the parameters and re-resolve its launch (and
+        the next no-grad fused forward recompute its parameter operands)."""
         self._decoder.clear()
+        self._fused_operands.clear()
 
 
 def _fused_or_none(strategy: str, x: torch.Tensor, params: SAMUParams, state: Optional[State],
-                   segment_pos: Optional[torch.Tensor], scan_strategy
+                   segment_pos: Optional[torch.Tensor], scan_strategy, operands_cache=None
                    ) -> Optional[tuple[torch.Tensor, State]]:
     """The fused layer's result when ``strategy`` ("fused", or "auto" choosing it) runs it,
     else None (the caller takes the unfused path)."""
@@ -185,7 +190,7 @@ def _fused_or_none(strategy: str, x: torch.Tensor, params: SAMUParams, state: Op
         strategy = SAMU._layer_path(x, params, state, segment_pos)
     if strategy != "fused":
         return None
-    return fused.forward(x, params, state, segment_pos, scan_strategy)
+    return fused.forward(x, params, state, segment_pos, scan_strategy, operands_cache)
 
 
 _fused_or_none_eager = dispatch._disable_dynamo(_fused_or_none)
