@@ -200,7 +200,7 @@ def test_auto_resolves_through_exact_nearest_then_rule(env):
     tuned = DecodeProblem(B=4, M=M, dtype="float32", device="cpu")
     # nothing tuned: today's rule
     d = decode.decision(x, M, state)
-    assert d.source == "rule" and d.strategy.name == decode.rule_name(4, M)
+    assert d.source == "rule" and d.strategy.name == decode.rule_name(M)
     cfg = {"block_m": 16, "block_d": 64, "num_warps": 2}
     cache.put(_entry(tuned, "single", cfg), SIG)
     d = decode.decision(x, M, state)  # the memo follows the cache file

@@ -77,6 +77,15 @@ def _resets_at(L, cuts):
     return seg
 
 
+def _check_with_resets(plan, L, cuts, seed):
+    """``plan`` on B = 2, M = 37 (3 mode tiles, the last ragged) fp32 with resets at ``cuts``
+    (row 0) and t = 0 (row 1), initial and final state (:func:`_check`)."""
+    problem = _problem(2, L, 37, dtype="float32", resets=True, initial_state=True,
+                       final_state=True)
+    inputs = random_inputs(problem, seed=seed)
+    _check(plan, problem, inputs=inputs.replace(segment_pos=_resets_at(L, cuts)), seed=seed)
+
+
 @pytest.mark.parametrize("plan", [
     LookbackPlan.of(SMALL),
     LookbackPlan.of(CHAINED),
@@ -101,11 +110,7 @@ def test_many_chunks_ragged_L_and_mode_tiles(plan):
 def test_sub_tiles_per_chunk(plan):
     # chunk = 4 tiles of 16 = 64 steps; L = 150: 3 chunks, the last with 1.4 tiles (ragged,
     # two padding tiles); resets land inside tiles, on tile and on chunk boundaries
-    problem = _problem(2, 150, 37, dtype="float32", resets=True, initial_state=True,
-                       final_state=True)
-    inputs = random_inputs(problem, seed=6)
-    seg = _resets_at(150, (16, 64, 70, 129))
-    _check(plan, problem, inputs=inputs.replace(segment_pos=seg), seed=6)
+    _check_with_resets(plan, 150, (16, 64, 70, 129), seed=6)
     # without resets: h0 reaches every chunk, gradients flow through 9 tiles
     problem = _problem(1, 150, 5, dtype="float32", initial_state=True, final_state=True)
     _check(plan, problem, seed=7)
@@ -128,11 +133,7 @@ def test_loop_inner(plan):
     # 32 with sub 2, the last ragged: 6 rows, and L = 45, 37 below: an odd last chunk for
     # rows 2), M = 37 (3 mode tiles, the last ragged); resets inside chunks, on chunk
     # boundaries and at t = 0 (row 1), initial and final state
-    problem = _problem(2, 70, 37, dtype="float32", resets=True, initial_state=True,
-                       final_state=True)
-    inputs = random_inputs(problem, seed=8)
-    seg = _resets_at(70, (16, 20, 48, 69))
-    _check(plan, problem, inputs=inputs.replace(segment_pos=seg), seed=8)
+    _check_with_resets(plan, 70, (16, 20, 48, 69), seed=8)
     # without resets h0 reaches every chunk; bf16 data
     problem = _problem(1, 45, 20, dtype="bfloat16", initial_state=True, final_state=True)
     _check(plan, problem, seed=9)
@@ -332,11 +333,7 @@ def test_wide_look_back(plan):
     # every 3rd / 5th (aggregates and an inclusive prefix inside one poll), or only chunk 0
     # (whole polls of aggregates, then the window moves 8 chunks back).  Resets inside chunks,
     # on chunk boundaries and at t = 0 (row 1); initial and final state
-    problem = _problem(2, 170, 37, dtype="float32", resets=True, initial_state=True,
-                       final_state=True)
-    inputs = random_inputs(problem, seed=12)
-    seg = _resets_at(170, (16, 37, 96, 150))
-    _check(plan, problem, inputs=inputs.replace(segment_pos=seg), seed=12)
+    _check_with_resets(plan, 170, (16, 37, 96, 150), seed=12)
     # without resets h0 reaches every chunk; bf16 data, odd M
     problem = _problem(1, 150, 5, dtype="bfloat16", initial_state=True, final_state=True)
     _check(plan, problem, seed=13)

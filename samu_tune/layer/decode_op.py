@@ -106,9 +106,9 @@ register(Strategy(
     run=_reference_run, priority=-100, modules=(sys.modules[__name__],), op="decode"))
 
 
-def batch_rule(problem: DecodeProblem, eligible: list[Strategy]) -> Optional[tuple[str, str]]:
+def tiles_rule(problem: DecodeProblem, eligible: list[Strategy]) -> Optional[tuple[str, str]]:
     """The untuned choice between the kernels: :func:`samu_tune.layer.decode.rule_name`."""
-    name = decode.rule_name(problem.B, problem.M)
+    name = decode.rule_name(problem.M)
     return name, (f"blocked when M spans more than one mode tile, else single "
                   f"(B={problem.B}, M={problem.M})")
 
@@ -219,6 +219,6 @@ def without_state(problem: DecodeProblem) -> Optional[tuple[DecodeProblem, str]]
 SPEC = register_op(OpSpec(
     op="decode", problem_type=DecodeProblem, random_inputs=random_inputs, expected=expected,
     verify=verify, verification_problem=verification_problem, make_step=DecodeStep,
-    input_bytes=input_bytes, finite=finite, rules=[batch_rule], relax=without_state))
+    input_bytes=input_bytes, finite=finite, rules=[tiles_rule], relax=without_state))
 
-__all__ = ["DecodeInputs", "DecodeCapability", "SPEC", "valid", "batch_rule"]
+__all__ = ["DecodeInputs", "DecodeCapability", "SPEC", "valid", "tiles_rule"]

@@ -79,14 +79,16 @@ def config_for_problem(problem: ScanProblem, scan_strategy="auto",
 
 def _loop_choice(decide, problem) -> Optional[BaseModel]:
     """The scan's dispatch decision (``decide()``) when it is a loop-inner look-back config,
-    else :func:`_loop_config` of ``problem()``."""
+    else :func:`_loop_config` of ``problem()``; either through :func:`_fused_rows`."""
+    cfg = None
     try:
         decision = decide()
         if decision.strategy.name == "lookback" and decision.config.inner == "loop":
-            return _fused_rows(decision.config)
+            cfg = decision.config
     except Exception:  # dispatch cannot decide (e.g. nothing eligible): the default below
         pass
-    return _loop_config(problem())
+    cfg = cfg or _loop_config(problem())
+    return None if cfg is None else _fused_rows(cfg)
 
 
 @functools.lru_cache(maxsize=256)
@@ -95,7 +97,7 @@ def _fused_rows(cfg: BaseModel) -> BaseModel:
     the fused backward then needs 182 registers (ptxas sm_90, Triton 3.6: 114 at one row;
     scripts/results/cpu-ptxas/lookback_loop_rows_sm90.txt), never timed on a GPU, while the
     one-row fused layer is the measured one (scripts/results/NVIDIA-H200/s13b/layer)."""
-    if cfg.rows > 1 and cfg.block_m // (32 * cfg.num_warps) > 2:
+    if cfg.rows > 1 and lookback.lanes_per_thread(cfg) > 2:
         return cfg.model_copy(update={"rows": 1})
     return cfg
 
@@ -108,7 +110,7 @@ def _loop_config(problem: ScanProblem) -> Optional[BaseModel]:
     if cfg.inner == "loop" and lookback.valid(problem, cfg):
         return cfg
     loops = [c for c in lookback.STRATEGY.configs(problem) if c.inner == "loop"]
-    return min(loops, key=lambda c: (c.chunk != 32, c.block_m // (32 * c.num_warps), c.block_m),
+    return min(loops, key=lambda c: (c.chunk != 32, lookback.lanes_per_thread(c), c.block_m),
                default=None)
 
 

@@ -107,6 +107,11 @@ class LookbackConfig(BaseModel):
     lookback_width: Literal[1, 8, 16] = 1     # predecessors per look-back poll (decoupled)
 
 
+def lanes_per_thread(cfg: LookbackConfig) -> int:
+    """Modes of a [block_m] row vector each thread holds (loop-inner: per row)."""
+    return cfg.block_m // (32 * cfg.num_warps)
+
+
 def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
     """Prune tiles mostly beyond M or L, tiles over the register budget, threads without
     elements, and decoupled look-back under deterministic mode.  Loop-inner configs: a small
@@ -121,10 +126,10 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
         return False
     if cfg.inner == "loop":
         if (cfg.chunk not in _LOOP_CHUNKS or cfg.num_warps not in _LOOP_WARPS
-                or cfg.block_m // (32 * cfg.num_warps) not in _LOOP_LANES_PER_THREAD
+                or lanes_per_thread(cfg) not in _LOOP_LANES_PER_THREAD
                 or cfg.block_m % (32 * cfg.num_warps) or cfg.sub != 1):
             return False
-        if cfg.rows != 1 and (cfg.block_m // (32 * cfg.num_warps) not in _LOOP_ROWS2_LANES
+        if cfg.rows != 1 and (lanes_per_thread(cfg) not in _LOOP_ROWS2_LANES
                               or cfg.chunk > _LOOP_ROWS2_MAX_CHUNK
                               or cfg.lookback_width != 1):    # each doubles the registers
             return False
@@ -145,7 +150,7 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
     if cfg.lookback_width > 1 and (
             cfg.lookback == "chained"
             or n_chunks(problem.L, cfg.chunk * cfg.sub) - 1 <= _WIDTH_BELOW[cfg.lookback_width]
-            or cfg.lookback_width * max(1, cfg.block_m // (32 * cfg.num_warps))
+            or cfg.lookback_width * max(1, lanes_per_thread(cfg))
             > _MAX_WIDTH_LANES):
         return False
     return not (problem.deterministic and cfg.lookback == "decoupled")
