@@ -26,7 +26,8 @@ one step anyway.
 import triton
 import triton.language as tl
 
-from .complex_math import cmul, cmul_conj, round_like, transition, transition_cs
+from .complex_math import (cmul, cmul_add, cmul_conj, cmul_conj_add, round_like, transition,
+                           transition_cs)
 from .controls import TABLE_COLS
 from .tile import transition_gradients
 
@@ -34,7 +35,8 @@ from .tile import transition_gradients
 @triton.jit
 def _controls_at(eta_ptr, delta_ptr, seg_ptr, tok, HAS_RESETS: tl.constexpr,
                  TABLE: tl.constexpr):
-    """The raw controls of token ``tok`` (= b L + t), three fp32 scalars: TABLE (``eta_ptr`` is
+    """The raw controls of token ``tok`` (= b L + t, or relative to pointers rebased at a
+    chunk's first token: :func:`_chunk_base`), three fp32 scalars: TABLE (``eta_ptr`` is
     the [B L, 4] control table of :mod:`samu_tune.kernels.controls`, resets applied; delta_ptr,
     seg_ptr unused): (e^eta, cos delta, sin delta); else (eta, delta, keep), keep 0 where a
     reset starts a sequence."""
@@ -87,28 +89,28 @@ def _time(start, r, L, REVERSE: tl.constexpr):
 
 
 @triton.jit
-def _row_loads(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row, t, M,
+def _row_loads(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, d, t, M,
                lane, mask, HAS_RESETS: tl.constexpr, TABLE: tl.constexpr, PREV: tl.constexpr,
                FUSED: tl.constexpr = False, gamma=None, REVERSE: tl.constexpr = False):
     """Everything step t reads, unconverted: x[t] (pair, [BLOCK_M] in the data dtype), the
     raw controls (three scalars) and, PREV, h[t-1] (pair; from row t = 0 itself at t = 0, a
-    valid address whose values the caller replaces by h0 or 0).
+    valid address whose values the caller replaces by h0 or 0).  The pointers are rebased at
+    the chunk's first token (:func:`_chunk_base`) and ``d`` = t - t0 (int32) indexes from it.
 
     FUSED (the SAMU layer fused): forward, x is the layer input [B, L, 2M] (x_i_ptr = x_r_ptr
     + M) and the write is x * gamma ([BLOCK_M] fp32), rounded to x's precision as the unfused
     layer's torch write rounds it; REVERSE, x is d y [B, L, 2M] and d h[t] = d y where the
     saved h[t] (at h_r_ptr, h_i_ptr) > 0 (the relu).  Returned in fp32."""
-    tok = row + t
     if FUSED:
-        off = tok * (2 * M) + lane
+        off = d * (2 * M) + lane
     else:
-        off = tok * M + lane
+        off = d * M + lane
     xr = tl.load(x_r_ptr + off, mask=mask, other=0.0)
     xi = tl.load(x_i_ptr + off, mask=mask, other=0.0)
     if FUSED:
         if REVERSE:
             # backward: x is d y [B, L, 2M]; through the relu: d h[t] = d y where h[t] > 0
-            at = tok * M + lane
+            at = d * M + lane
             htr = tl.load(h_r_ptr + at, mask=mask, other=0.0)
             hti = tl.load(h_i_ptr + at, mask=mask, other=0.0)
             xr = tl.where(htr.to(tl.float32) > 0, xr.to(tl.float32), 0.0)
@@ -116,15 +118,43 @@ def _row_loads(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, 
         else:
             xr = round_like(xr.to(tl.float32) * gamma, xr.dtype)
             xi = round_like(xi.to(tl.float32) * gamma, xi.dtype)
-    c0, c1, c2 = _controls_at(eta_ptr, delta_ptr, seg_ptr, tok, HAS_RESETS, TABLE)
+    c0, c1, c2 = _controls_at(eta_ptr, delta_ptr, seg_ptr, d, HAS_RESETS, TABLE)
     if PREV:
-        prev = (row + tl.maximum(t - 1, 0)) * M + lane
+        prev = (d - (t > 0).to(tl.int32)) * M + lane
         hr = tl.load(h_r_ptr + prev, mask=mask, other=0.0)
         hi = tl.load(h_i_ptr + prev, mask=mask, other=0.0)
     else:
         hr = xr
         hi = xi
     return xr, xi, c0, c1, c2, hr, hi
+
+
+@triton.jit
+def _chunk_base(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, tok0, M,
+                HAS_RESETS: tl.constexpr, TABLE: tl.constexpr, FUSED: tl.constexpr,
+                HAS_H: tl.constexpr):
+    """The walk's pointers rebased at token ``tok0`` (int64: b L + the time of the chunk's
+    first step), so that a step indexes them by its int32 distance d = t - t0 from it: one
+    64-bit product per chunk instead of one per row and pointer.  Controls: the [B L, 4]
+    control table (TABLE) or eta, delta and (HAS_RESETS) segment positions; x: [B, L, M]
+    (FUSED: [B, L, 2M]); h (HAS_H, else passed through): [B, L, M]."""
+    if TABLE:
+        eta_ptr = eta_ptr + tok0 * TABLE_COLS
+    else:
+        eta_ptr = eta_ptr + tok0
+        delta_ptr = delta_ptr + tok0
+        if HAS_RESETS:
+            seg_ptr = seg_ptr + tok0
+    if FUSED:
+        x_r_ptr = x_r_ptr + tok0 * (2 * M)
+        x_i_ptr = x_i_ptr + tok0 * (2 * M)
+    else:
+        x_r_ptr = x_r_ptr + tok0 * M
+        x_i_ptr = x_i_ptr + tok0 * M
+    if HAS_H:
+        h_r_ptr = h_r_ptr + tok0 * M
+        h_i_ptr = h_i_ptr + tok0 * M
+    return eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr
 
 
 @triton.jit
@@ -151,8 +181,8 @@ def _summary_step(pr, pi, qr, qi, nr, ni, xr, xi, c0, c1, c2, nu, cos_theta, sin
     else:
         tr, ti = ar, ai
     pr, pi = cmul(tr, ti, pr, pi)
-    qr, qi = cmul(tr, ti, qr, qi)
-    return pr, pi, qr + xr.to(tl.float32), qi + xi.to(tl.float32), nr, ni
+    qr, qi = cmul_add(tr, ti, qr, qi, xr.to(tl.float32), xi.to(tl.float32))
+    return pr, pi, qr, qi, nr, ni
 
 
 @triton.jit
@@ -181,43 +211,47 @@ def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, la
                             sin_theta, HAS_RESETS, TABLE)
     else:
         nr, ni = pi, pi                 # unused forward (loop-invariant: folded away)
+    t0 = _time(start, 0, L, REVERSE)
+    eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c = _chunk_base(
+        eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row + t0, M,
+        HAS_RESETS, TABLE, FUSED, FUSED and REVERSE)
     if PREFETCH:
         # the first step's rows (the second clamped into the chunk: in bounds, maybe unused)
+        t = t0
         xr_a, xi_a, c0_a, c1_a, c2_a, _hr, _hi = _row_loads(
-            eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
-            _time(start, 0, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, False, FUSED,
-            gamma, REVERSE)
+            eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t - t0, t, M, lane, mask,
+            HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE)
         if ROWS == 2:
+            t = _time(start, tl.minimum(1, n - 1), L, REVERSE)
             xr_b, xi_b, c0_b, c1_b, c2_b, _hr, _hi = _row_loads(
-                eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
-                _time(start, tl.minimum(1, n - 1), L, REVERSE), M, lane, mask, HAS_RESETS,
-                TABLE, False, FUSED, gamma, REVERSE)
+                eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t - t0, t, M, lane, mask,
+                HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE)
     for k in tl.range(0, n // ROWS, num_stages=NUM_STAGES):
         r = k * ROWS
         if PREFETCH:
             xr, xi, c0, c1, c2 = xr_a, xi_a, c0_a, c1_a, c2_a
             # the next step's rows, clamped into the chunk (the last step reloads rows of
             # its own, unused; with ROWS 2 and n odd the first is the odd last row)
+            t = _time(start, tl.minimum(r + ROWS, n - 1), L, REVERSE)
             xr_a, xi_a, c0_a, c1_a, c2_a, _hr, _hi = _row_loads(
-                eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
-                _time(start, tl.minimum(r + ROWS, n - 1), L, REVERSE), M, lane, mask,
+                eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t - t0, t, M, lane, mask,
                 HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE)
             if ROWS == 2:
                 xr2, xi2, c02, c12, c22 = xr_b, xi_b, c0_b, c1_b, c2_b
+                t = _time(start, tl.minimum(r + 3, n - 1), L, REVERSE)
                 xr_b, xi_b, c0_b, c1_b, c2_b, _hr, _hi = _row_loads(
-                    eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
-                    _time(start, tl.minimum(r + 3, n - 1), L, REVERSE), M, lane, mask,
-                    HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE)
+                    eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t - t0, t, M, lane,
+                    mask, HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE)
         else:
+            t = _time(start, r, L, REVERSE)
             xr, xi, c0, c1, c2, _hr, _hi = _row_loads(
-                eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
-                _time(start, r, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, False, FUSED,
-                gamma, REVERSE)
+                eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t - t0, t, M, lane, mask,
+                HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE)
             if ROWS == 2:
+                t = _time(start, r + 1, L, REVERSE)
                 xr2, xi2, c02, c12, c22, _hr, _hi = _row_loads(
-                    eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
-                    _time(start, r + 1, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, False,
-                    FUSED, gamma, REVERSE)
+                    eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t - t0, t, M, lane,
+                    mask, HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE)
         pr, pi, qr, qi, nr, ni = _summary_step(pr, pi, qr, qi, nr, ni, xr, xi, c0, c1, c2, nu,
                                                cos_theta, sin_theta, HAS_RESETS, REVERSE, TABLE)
         if ROWS == 2:
@@ -230,10 +264,10 @@ def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, la
             if PREFETCH:
                 xr, xi, c0, c1, c2 = xr_a, xi_a, c0_a, c1_a, c2_a
             else:
+                t = _time(start, n - 1, L, REVERSE)
                 xr, xi, c0, c1, c2, _hr, _hi = _row_loads(
-                    eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
-                    _time(start, n - 1, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, False,
-                    FUSED, gamma, REVERSE)
+                    eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t - t0, t, M, lane,
+                    mask, HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE)
             pr, pi, qr, qi, nr, ni = _summary_step(pr, pi, qr, qi, nr, ni, xr, xi, c0, c1, c2,
                                                    nu, cos_theta, sin_theta, HAS_RESETS,
                                                    REVERSE, TABLE)
@@ -242,25 +276,27 @@ def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, la
 
 @triton.jit
 def _replay_step(sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr, xi, c0, c1, c2, hr, hi, t,
-                 tok, M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i, gamma, y_r_ptr, y_i_ptr,
+                 d, M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i, gamma, y_r_ptr, y_i_ptr,
                  h_r_ptr, h_i_ptr, g_eta_ptr, g_delta_ptr, n_mblocks, mb, xw_ptr,
                  HAS_RESETS: tl.constexpr, REVERSE: tl.constexpr, ATOMIC: tl.constexpr,
                  TABLE: tl.constexpr, FUSED: tl.constexpr, SAVE_H: tl.constexpr):
-    """One row of the replay at time t (token ``tok``) from the row's loads (:func:`_row_loads`):
-    the state update, its stores and (backward) the row's gradients.  Returns (sr, si, nr, ni,
+    """One row of the replay at time t (``d`` = t - t0 from the chunk's first step, the
+    pointers rebased there: :func:`_chunk_base`; g_eta_ptr / g_delta_ptr at its token's first
+    partial) from the row's loads (:func:`_row_loads`): the state update, its stores and
+    (backward) the row's gradients.  Returns (sr, si, nr, ni,
     acc_nu, acc_delta, acc_gamma), [BLOCK_M] each ((nr, ni): A[t+1] backward, unused forward;
     h0r, h0i: backward's h[-1])."""
-    off = tok * M + lane
+    off = d * M + lane
     ar, ai, log_radius = _transition_of(c0, c1, c2, nu, cos_theta, sin_theta, HAS_RESETS, TABLE)
     if REVERSE:
-        sr, si = cmul_conj(nr, ni, sr, si)          # g[t] = conj(A[t+1]) g[t+1] + dout[t]
+        # g[t] = conj(A[t+1]) g[t+1] + dout[t]
+        sr, si = cmul_conj_add(nr, ni, sr, si, xr.to(tl.float32), xi.to(tl.float32))
         nr, ni = ar, ai
     else:
-        sr, si = cmul(ar, ai, sr, si)               # h[t] = A[t] h[t-1] + b[t]
-    sr += xr.to(tl.float32)
-    si += xi.to(tl.float32)
+        # h[t] = A[t] h[t-1] + b[t]
+        sr, si = cmul_add(ar, ai, sr, si, xr.to(tl.float32), xi.to(tl.float32))
     if FUSED:
-        yoff = tok * (2 * M) + lane
+        yoff = d * (2 * M) + lane
         if REVERSE:
             # grad x = g gamma (the write's derivative), d gamma += g . x
             tl.store(y_r_ptr + yoff, (sr * gamma).to(y_r_ptr.dtype.element_ty), mask=mask)
@@ -290,11 +326,11 @@ def _replay_step(sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr, xi, c0, c1, c
         # both sums in one reduction: one round of CTA barriers per step, not two
         s_eta, s_delta = tl.reduce((d_eta, d_delta), 0, _add_pair)
         if ATOMIC:
-            tl.atomic_add(g_eta_ptr + tok, s_eta)
-            tl.atomic_add(g_delta_ptr + tok, s_delta)
+            tl.atomic_add(g_eta_ptr + d, s_eta)
+            tl.atomic_add(g_delta_ptr + d, s_delta)
         else:
-            tl.store(g_eta_ptr + tok * n_mblocks + mb, s_eta)
-            tl.store(g_delta_ptr + tok * n_mblocks + mb, s_delta)
+            tl.store(g_eta_ptr + d * n_mblocks + mb, s_eta)
+            tl.store(g_delta_ptr + d * n_mblocks + mb, s_delta)
         acc_nu += d_eta
         acc_delta += d_delta
     return sr, si, nr, ni, acc_nu, acc_delta, acc_gamma
@@ -340,54 +376,78 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
     else:
         # unused forward (loop-invariant: folded away)
         nr, ni, h0r, h0i = acc_nu, acc_nu, acc_nu, acc_nu
+    t0 = _time(start, 0, L, REVERSE)
+    tok0 = row + t0
+    eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c = _chunk_base(
+        eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, tok0, M, HAS_RESETS,
+        TABLE, FUSED, REVERSE or SAVE_H)
+    if FUSED:
+        y_r_c = y_r_ptr + tok0 * (2 * M)
+        y_i_c = y_i_ptr + tok0 * (2 * M)
+    else:
+        y_r_c = y_r_ptr + tok0 * M
+        y_i_c = y_i_ptr + tok0 * M
+    if REVERSE:
+        if ATOMIC:
+            g_eta_c = g_eta_ptr + tok0
+            g_delta_c = g_delta_ptr + tok0
+        else:
+            g_eta_c = g_eta_ptr + tok0 * n_mblocks
+            g_delta_c = g_delta_ptr + tok0 * n_mblocks
+        if FUSED:
+            xw_c = xw_ptr + tok0 * (2 * M)
+        else:
+            xw_c = xw_ptr
+    else:
+        g_eta_c, g_delta_c, xw_c = g_eta_ptr, g_delta_ptr, xw_ptr
     if PREFETCH:
         # the first step's rows (the second clamped into the chunk: in bounds, maybe unused)
+        ta = t0
         xr_a, xi_a, c0_a, c1_a, c2_a, hr_a, hi_a = _row_loads(
-            eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
-            _time(start, 0, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, REVERSE, FUSED, gamma,
-            REVERSE)
+            eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, ta - t0, ta, M, lane, mask,
+            HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE)
         if ROWS == 2:
+            ta = _time(start, tl.minimum(1, n - 1), L, REVERSE)
             xr_b, xi_b, c0_b, c1_b, c2_b, hr_b, hi_b = _row_loads(
-                eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
-                _time(start, tl.minimum(1, n - 1), L, REVERSE), M, lane, mask, HAS_RESETS,
-                TABLE, REVERSE, FUSED, gamma, REVERSE)
+                eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, ta - t0, ta, M, lane, mask,
+                HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE)
     for k in tl.range(0, n // ROWS, num_stages=NUM_STAGES):
         r = k * ROWS
         t = _time(start, r, L, REVERSE)
         if PREFETCH:
             xr, xi, c0, c1, c2, hr, hi = xr_a, xi_a, c0_a, c1_a, c2_a, hr_a, hi_a
             # the next step's rows, clamped into the chunk (see walk_summary)
+            ta = _time(start, tl.minimum(r + ROWS, n - 1), L, REVERSE)
             xr_a, xi_a, c0_a, c1_a, c2_a, hr_a, hi_a = _row_loads(
-                eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
-                _time(start, tl.minimum(r + ROWS, n - 1), L, REVERSE), M, lane, mask,
+                eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, ta - t0, ta, M, lane, mask,
                 HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE)
             if ROWS == 2:
                 xr2, xi2, c02, c12, c22, hr2, hi2 = xr_b, xi_b, c0_b, c1_b, c2_b, hr_b, hi_b
+                ta = _time(start, tl.minimum(r + 3, n - 1), L, REVERSE)
                 xr_b, xi_b, c0_b, c1_b, c2_b, hr_b, hi_b = _row_loads(
-                    eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
-                    _time(start, tl.minimum(r + 3, n - 1), L, REVERSE), M, lane, mask,
+                    eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, ta - t0, ta, M, lane, mask,
                     HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE)
         else:
             xr, xi, c0, c1, c2, hr, hi = _row_loads(
-                eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row, t, M,
-                lane, mask, HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE)
+                eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t - t0, t, M, lane, mask, HAS_RESETS,
+                TABLE, REVERSE, FUSED, gamma, REVERSE)
             if ROWS == 2:
+                ta = _time(start, r + 1, L, REVERSE)
                 xr2, xi2, c02, c12, c22, hr2, hi2 = _row_loads(
-                    eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row,
-                    _time(start, r + 1, L, REVERSE), M, lane, mask, HAS_RESETS, TABLE, REVERSE,
-                    FUSED, gamma, REVERSE)
+                    eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, ta - t0, ta, M, lane, mask,
+                    HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE)
         sr, si, nr, ni, acc_nu, acc_delta, acc_gamma = _replay_step(
-            sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr, xi, c0, c1, c2, hr, hi, t, row + t,
-            M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i, gamma, y_r_ptr, y_i_ptr, h_r_ptr,
-            h_i_ptr, g_eta_ptr, g_delta_ptr, n_mblocks, mb, xw_ptr, HAS_RESETS, REVERSE, ATOMIC,
-            TABLE, FUSED, SAVE_H)
+            sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr, xi, c0, c1, c2, hr, hi, t, t - t0,
+            M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i, gamma, y_r_c, y_i_c, h_r_c, h_i_c,
+            g_eta_c, g_delta_c, n_mblocks, mb, xw_c, HAS_RESETS, REVERSE, ATOMIC, TABLE, FUSED,
+            SAVE_H)
         if ROWS == 2:
             t2 = _time(start, r + 1, L, REVERSE)
             sr, si, nr, ni, acc_nu, acc_delta, acc_gamma = _replay_step(
                 sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr2, xi2, c02, c12, c22, hr2, hi2,
-                t2, row + t2, M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i, gamma, y_r_ptr,
-                y_i_ptr, h_r_ptr, h_i_ptr, g_eta_ptr, g_delta_ptr, n_mblocks, mb, xw_ptr,
-                HAS_RESETS, REVERSE, ATOMIC, TABLE, FUSED, SAVE_H)
+                t2, t2 - t0, M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i, gamma, y_r_c,
+                y_i_c, h_r_c, h_i_c, g_eta_c, g_delta_c, n_mblocks, mb, xw_c, HAS_RESETS, REVERSE,
+                ATOMIC, TABLE, FUSED, SAVE_H)
     if ROWS == 2:
         if n % 2 != 0:
             # the odd last row (prefetched into the first slot)
@@ -396,13 +456,13 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
                 xr, xi, c0, c1, c2, hr, hi = xr_a, xi_a, c0_a, c1_a, c2_a, hr_a, hi_a
             else:
                 xr, xi, c0, c1, c2, hr, hi = _row_loads(
-                    eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row, t, M,
-                    lane, mask, HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE)
+                    eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t - t0, t, M, lane, mask,
+                    HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE)
             sr, si, nr, ni, acc_nu, acc_delta, acc_gamma = _replay_step(
                 sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr, xi, c0, c1, c2, hr, hi, t,
-                row + t, M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i, gamma, y_r_ptr,
-                y_i_ptr, h_r_ptr, h_i_ptr, g_eta_ptr, g_delta_ptr, n_mblocks, mb, xw_ptr,
-                HAS_RESETS, REVERSE, ATOMIC, TABLE, FUSED, SAVE_H)
+                t - t0, M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i, gamma, y_r_c, y_i_c,
+                h_r_c, h_i_c, g_eta_c, g_delta_c, n_mblocks, mb, xw_c, HAS_RESETS, REVERSE,
+                ATOMIC, TABLE, FUSED, SAVE_H)
     if REVERSE:
         if HAS_H0:
             if start + n == L:

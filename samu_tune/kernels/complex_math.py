@@ -10,6 +10,20 @@ def cmul(ar, ai, br, bi):
 
 
 @triton.jit
+def cmul_add(ar, ai, br, bi, cr, ci):
+    """(ar + i ai) * (br + i bi) + (cr + i ci), ordered so that each part contracts into two
+    fused multiply-adds (fma(-ai, bi, fma(ar, br, cr))) instead of a multiply, a
+    multiply-add and an add."""
+    return (cr + ar * br) - ai * bi, (ci + ar * bi) + ai * br
+
+
+@triton.jit
+def cmul_conj_add(ar, ai, br, bi, cr, ci):
+    """conj(ar + i ai) * (br + i bi) + (cr + i ci), contracted as :func:`cmul_add`."""
+    return (cr + ar * br) + ai * bi, (ci + ar * bi) - ai * br
+
+
+@triton.jit
 def cmul_conj(ar, ai, br, bi):
     """conj(ar + i ai) * (br + i bi): the adjoint's transition."""
     return ar * br + ai * bi, ar * bi - ai * br
@@ -44,7 +58,10 @@ def transition_cs(nu, cos_theta, sin_theta, exp_eta, cos_delta, sin_delta):
     """:func:`transition` from the token's e^eta, cos delta, sin delta (computed once per
     token: :mod:`samu_tune.kernels.controls`).  Returns (ar, ai, log_radius)."""
     log_radius = -nu * exp_eta
-    radius = tl.exp(log_radius)
+    # exp2 of a loop-invariant rescaled nu: one multiply and a flush-to-zero ex2 per (token,
+    # mode); tl.exp(log_radius) costs a multiply by log2(e) and a denormal fix-up around ex2
+    # (four more instructions on sm_90).  Radii below 2^-126 flush to 0.
+    radius = tl.exp2((nu * -1.4426950408889634) * exp_eta)
     return (radius * (cos_theta * cos_delta - sin_theta * sin_delta),
             radius * (sin_theta * cos_delta + cos_theta * sin_delta), log_radius)
 
