@@ -349,7 +349,11 @@ def main(argv=None):
             todo = {cfg for _, cfg in chosen if skip_reason(case, cfg) is None}
             todo |= {cfg for cfg in autos[shape] if cfg is not None}
             tasks += [(shape, cfg.model_dump(), args.device) for cfg in todo]
-        warm_all(tasks, args.warm)
+        try:
+            warm_all(tasks, args.warm)
+        except Exception as exc:  # e.g. a worker died: the timed loop compiles what is left
+            print(f"warm-up failed ({type(exc).__name__}: {exc}); compiling in the timed loop",
+                  flush=True)
 
     for shape, case in cases.items():
         B, L, M = shape
