@@ -9,11 +9,12 @@
 #   5. dispatch overhead of a cached call                  T_DISPATCH -> dispatch_overhead.log
 #   6. tuner vs exhaustive, tune wall time (TUNER_CASES)   T_TUNER    -> tuner/
 #   7. layer forward / train: SAMU default vs fused vs controller + seed scan  T_LAYER -> layer/
-#   8. decode tokens/s (SAMU.step vs the seed), host profile  T_DECODE -> layer/
+#   8. fused layer by look-back config (FUSED_ARGS; off by default)  T_FUSED -> fused/
+#   9. decode tokens/s (SAMU.step vs the seed), host profile  T_DECODE -> layer/
 # Carry .whl (pydantic, platformdirs, accelerated-scan wheels) and seed_copy.
 set -uo pipefail
 OUT="${OUT:-$PWD/.device_out}"
-mkdir -p "$OUT/grid" "$OUT/tuner" "$OUT/layer" "$OUT/probe" "$OUT/lookback"
+mkdir -p "$OUT/grid" "$OUT/tuner" "$OUT/layer" "$OUT/probe" "$OUT/lookback" "$OUT/fused"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
 export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1 SAMU_TUNE_CACHE_DIR=/tmp/samu_tune_cache
@@ -61,6 +62,12 @@ if on "${T_LAYER:-0}"; then
   phase layer
   timeout "$T_LAYER" python3 scripts/bench_layer.py --layer-only --out "$OUT/layer" \
       > "$OUT/layer/layer_only.log" 2>&1; tail -8 "$OUT/layer/layer_only.log"
+fi
+if on "${T_FUSED:-0}"; then
+  phase fused
+  timeout "$T_FUSED" python3 scripts/bench_fused_configs.py --out "$OUT/fused" ${FUSED_ARGS:-} \
+      > "$OUT/fused/bench_fused_configs.log" 2>&1; tail -16 "$OUT/fused/bench_fused_configs.log"
+  cat "$OUT/fused/fused_configs.md"
 fi
 if on "${T_DECODE:-45}"; then
   phase decode
