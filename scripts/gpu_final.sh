@@ -2,7 +2,7 @@
 # Everything a session checks on the GPU, in one device call (<= 600 s; each phase has its own
 # time limit, 0 skips it, and writes under $OUT as it goes):
 #   1. gpu-marked tests (TEST_ARGS: files, TEST_K: -k)            T_TESTS    -> gpu_tests.log
-#   2. look-back config bench (LOOKBACK_ARGS)              T_LOOKBACK -> lookback/
+#   2. look-back config bench (LOOKBACK_ARGS; LOOKBACK_BASELINE=DIR: also DIR's tree)  T_LOOKBACK -> lookback/
 #   3. host-path probe: scan vs direct call, profiles      T_PROBE    -> probe/
 #   4. grid benchmark: every strategy, seed default (+ chunk32 at two shapes), accelerated-scan,
 #      the fastest timed candidate cached and samu_tune.scan timed on it   T_GRID -> grid/
@@ -34,6 +34,14 @@ if on "${T_LOOKBACK:-0}"; then
   phase lookback
   timeout "$T_LOOKBACK" python3 scripts/bench_lookback.py --out "$OUT/lookback" ${LOOKBACK_ARGS:-} \
       > "$OUT/lookback/bench_lookback.log" 2>&1; tail -40 "$OUT/lookback/bench_lookback.log"
+  if [ -n "${LOOKBACK_BASELINE:-}" ]; then
+    # the same bench from an older tree (e.g. .baseline: git archive REV samu_tune scripts),
+    # carried along: before / after a kernel change, measured on one machine in one call
+    mkdir -p "$OUT/lookback_base"
+    PYTHONPATH="/tmp/site:$LOOKBACK_BASELINE" timeout "$T_LOOKBACK" python3 \
+        "$LOOKBACK_BASELINE/scripts/bench_lookback.py" --out "$OUT/lookback_base" ${LOOKBACK_ARGS:-} \
+        > "$OUT/lookback_base/bench_lookback.log" 2>&1; tail -40 "$OUT/lookback_base/bench_lookback.log"
+  fi
 fi
 if on "${T_PROBE:-0}"; then
   phase probe
