@@ -137,14 +137,19 @@ def _chunk_base(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr,
     first step), so that a step indexes them by its int32 distance d = t - t0 from it: one
     64-bit product per chunk instead of one per row and pointer.  Controls: the [B L, 4]
     control table (TABLE) or eta, delta and (HAS_RESETS) segment positions; x: [B, L, M]
-    (FUSED: [B, L, 2M]); h (HAS_H, else passed through): [B, L, M]."""
+    (FUSED: [B, L, 2M]); h (HAS_H): [B, L, M].  A pointer the walk does not use comes back
+    as another one (Triton 3.6 cannot return None in a tuple)."""
     if TABLE:
         eta_ptr = eta_ptr + tok0 * TABLE_COLS
+        delta_ptr = eta_ptr                   # unused
+        seg_ptr = eta_ptr                     # unused
     else:
         eta_ptr = eta_ptr + tok0
         delta_ptr = delta_ptr + tok0
         if HAS_RESETS:
             seg_ptr = seg_ptr + tok0
+        else:
+            seg_ptr = eta_ptr                 # unused
     if FUSED:
         x_r_ptr = x_r_ptr + tok0 * (2 * M)
         x_i_ptr = x_i_ptr + tok0 * (2 * M)
@@ -154,6 +159,9 @@ def _chunk_base(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr,
     if HAS_H:
         h_r_ptr = h_r_ptr + tok0 * M
         h_i_ptr = h_i_ptr + tok0 * M
+    else:
+        h_r_ptr = x_r_ptr                     # unused
+        h_i_ptr = x_i_ptr
     return eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr
 
 
