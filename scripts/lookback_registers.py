@@ -33,6 +33,7 @@ from triton.backends.nvidia.compiler import CUDABackend  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from samu_tune.kernels import lookback as K  # noqa: E402
+from samu_tune.strategies.lookback import LookbackPlan  # noqa: E402
 
 PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 INTS = ("B", "L", "M", "n_mtiles", "n_chunks", "window")
@@ -48,7 +49,8 @@ def ptx(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
                  M_ALIGN=int(os.environ.get("M_ALIGN", "8" if loop else "1")),
                  FUSED=bool(os.environ.get("FUSED")) and loop,
                  SAVE_H=bool(os.environ.get("FUSED")) and loop and not reverse, ROWS=rows,
-                 WIDTH=width)
+                 WIDTH=width, REBASE=LookbackPlan(chunk, block_m, num_warps, True, 1, sub, loop,
+                                                  rows, width).rebase(reverse))
     sig, const, attrs = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in flags:

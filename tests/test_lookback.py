@@ -144,6 +144,31 @@ def test_loop_inner(plan):
     _check(plan, problem, seed=10)
 
 
+@pytest.mark.parametrize("rebase", [True, False], ids=["rebased", "by-token"])
+@pytest.mark.parametrize("loop_cfg", [LOOP, LOOP_ROWS2], ids=["rows1", "rows2"])
+def test_loop_walks_from_rebased_pointers_or_by_token(loop_cfg, rebase, monkeypatch):
+    # both addressings of the loop walks (LookbackPlan.rebase picks one per direction),
+    # forced in both directions: resets, h0, final state, ragged L and mode tiles, M_ALIGN 8
+    monkeypatch.setattr(LookbackPlan, "rebase", lambda self, reverse: rebase)
+    plan = LookbackPlan.of(loop_cfg)
+    _check_with_resets(plan, 45, (16, 31, 44), seed=21)
+    problem = _problem(2, 37, 40, dtype="bfloat16", resets=True, initial_state=True,
+                       final_state=True)
+    _check(plan, problem, seed=22)
+
+
+def test_rebase_rule():
+    # by token only backward at two rows and more than 2 lanes per thread (registers)
+    four_lanes = LookbackPlan.of(LookbackConfig(chunk=64, block_m=256, num_warps=2,
+                                                inner="loop", rows=2))
+    two_lanes = LookbackPlan.of(LookbackConfig(chunk=32, block_m=256, num_warps=4,
+                                               inner="loop", rows=2))
+    one_row = LookbackPlan.of(LookbackConfig(chunk=64, block_m=512, num_warps=4, inner="loop"))
+    assert four_lanes.rebase(False) and not four_lanes.rebase(True)
+    assert two_lanes.rebase(False) and two_lanes.rebase(True)
+    assert one_row.rebase(False) and one_row.rebase(True)
+
+
 @pytest.mark.parametrize("loop_cfg", [LOOP, LOOP_ROWS2], ids=["rows1", "rows2"])
 def test_loop_inner_gradient_through_the_final_state_only_and_tiles_agree(loop_cfg):
     # L = 41: the last chunk has 9 rows (odd: rows 2 walks its last row after the loop)

@@ -89,18 +89,20 @@ def _time(start, r, L, REVERSE: tl.constexpr):
 
 
 @triton.jit
-def _row_loads(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, d, t, M,
+def _row_loads(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, t, t0, row, M,
                lane, mask, HAS_RESETS: tl.constexpr, TABLE: tl.constexpr, PREV: tl.constexpr,
-               FUSED: tl.constexpr = False, gamma=None, REVERSE: tl.constexpr = False):
+               FUSED: tl.constexpr = False, gamma=None, REVERSE: tl.constexpr = False,
+               REBASE: tl.constexpr = True):
     """Everything step t reads, unconverted: x[t] (pair, [BLOCK_M] in the data dtype), the
     raw controls (three scalars) and, PREV, h[t-1] (pair; from row t = 0 itself at t = 0, a
-    valid address whose values the caller replaces by h0 or 0).  The pointers are rebased at
-    the chunk's first token (:func:`_chunk_base`) and ``d`` = t - t0 (int32) indexes from it.
+    valid address whose values the caller replaces by h0 or 0).  The pointers as
+    :func:`_chunk_base` returns them, indexed by :func:`_dist`.
 
     FUSED (the SAMU layer fused): forward, x is the layer input [B, L, 2M] (x_i_ptr = x_r_ptr
     + M) and the write is x * gamma ([BLOCK_M] fp32), rounded to x's precision as the unfused
     layer's torch write rounds it; REVERSE, x is d y [B, L, 2M] and d h[t] = d y where the
     saved h[t] (at h_r_ptr, h_i_ptr) > 0 (the relu).  Returned in fp32."""
+    d = _dist(t, t0, row, REBASE)
     if FUSED:
         off = d * (2 * M) + lane
     else:
@@ -120,7 +122,7 @@ def _row_loads(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, 
             xi = round_like(xi.to(tl.float32) * gamma, xi.dtype)
     c0, c1, c2 = _controls_at(eta_ptr, delta_ptr, seg_ptr, d, HAS_RESETS, TABLE)
     if PREV:
-        prev = (d - (t > 0).to(tl.int32)) * M + lane
+        prev = _dist(tl.maximum(t - 1, 0), t0, row, REBASE) * M + lane
         hr = tl.load(h_r_ptr + prev, mask=mask, other=0.0)
         hi = tl.load(h_i_ptr + prev, mask=mask, other=0.0)
     else:
@@ -130,15 +132,30 @@ def _row_loads(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, 
 
 
 @triton.jit
+def _dist(t, t0, row, REBASE: tl.constexpr):
+    """Step t's index into the walk's pointers: t - t0 (int32) from the chunk's first step
+    where :func:`_chunk_base` rebased them (REBASE), else its token row + t (int64)."""
+    if REBASE:
+        d = t - t0
+    else:
+        d = row + t
+    return d
+
+
+@triton.jit
 def _chunk_base(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, tok0, M,
                 HAS_RESETS: tl.constexpr, TABLE: tl.constexpr, FUSED: tl.constexpr,
-                HAS_H: tl.constexpr):
+                HAS_H: tl.constexpr, REBASE: tl.constexpr = True):
     """The walk's pointers rebased at token ``tok0`` (int64: b L + the time of the chunk's
-    first step), so that a step indexes them by its int32 distance d = t - t0 from it: one
-    64-bit product per chunk instead of one per row and pointer.  Controls: the [B L, 4]
+    first step), so that a step indexes them by its int32 distance t - t0 from it (:func:`_dist`):
+    one 64-bit product per chunk instead of one per row and pointer.  Controls: the [B L, 4]
     control table (TABLE) or eta, delta and (HAS_RESETS) segment positions; x: [B, L, M]
     (FUSED: [B, L, 2M]); h (HAS_H): [B, L, M].  A pointer the walk does not use comes back
-    as another one (Triton 3.6 cannot return None in a tuple)."""
+    as another one (Triton 3.6 cannot return None in a tuple).  Not REBASE: the pointers as
+    given (steps index them by token: :func:`_dist`), for the walks whose registers the
+    rebased pointers would raise past an occupancy step (see LookbackPlan.rebase)."""
+    if not REBASE:
+        tok0 = 0
     if TABLE:
         eta_ptr = eta_ptr + tok0 * TABLE_COLS
         delta_ptr = eta_ptr                   # unused
@@ -199,7 +216,7 @@ def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, la
                  CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, NUM_STAGES: tl.constexpr,
                  TABLE: tl.constexpr = False, PREFETCH: tl.constexpr = False,
                  FUSED: tl.constexpr = False, gamma=None, h_r_ptr=None, h_i_ptr=None,
-                 ROWS: tl.constexpr = 1):
+                 ROWS: tl.constexpr = 1, REBASE: tl.constexpr = True):
     """The chunk's map z -> P z + Q: (Pr, Pi, Qr, Qi), [BLOCK_M] each.
 
     TABLE: the controls come from the control table at ``eta_ptr`` (:func:`_controls_at`).
@@ -222,18 +239,18 @@ def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, la
     t0 = _time(start, 0, L, REVERSE)
     eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c = _chunk_base(
         eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row + t0, M,
-        HAS_RESETS, TABLE, FUSED, FUSED and REVERSE)
+        HAS_RESETS, TABLE, FUSED, FUSED and REVERSE, REBASE)
     if PREFETCH:
         # the first step's rows (the second clamped into the chunk: in bounds, maybe unused)
         t = t0
         xr_a, xi_a, c0_a, c1_a, c2_a, _hr, _hi = _row_loads(
-            eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t - t0, t, M, lane, mask,
-            HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE)
+            eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t, t0, row, M, lane, mask,
+            HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE, REBASE)
         if ROWS == 2:
             t = _time(start, tl.minimum(1, n - 1), L, REVERSE)
             xr_b, xi_b, c0_b, c1_b, c2_b, _hr, _hi = _row_loads(
-                eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t - t0, t, M, lane, mask,
-                HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE)
+                eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t, t0, row, M, lane, mask,
+                HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE, REBASE)
     for k in tl.range(0, n // ROWS, num_stages=NUM_STAGES):
         r = k * ROWS
         if PREFETCH:
@@ -242,24 +259,24 @@ def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, la
             # its own, unused; with ROWS 2 and n odd the first is the odd last row)
             t = _time(start, tl.minimum(r + ROWS, n - 1), L, REVERSE)
             xr_a, xi_a, c0_a, c1_a, c2_a, _hr, _hi = _row_loads(
-                eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t - t0, t, M, lane, mask,
-                HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE)
+                eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t, t0, row, M, lane, mask,
+                HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE, REBASE)
             if ROWS == 2:
                 xr2, xi2, c02, c12, c22 = xr_b, xi_b, c0_b, c1_b, c2_b
                 t = _time(start, tl.minimum(r + 3, n - 1), L, REVERSE)
                 xr_b, xi_b, c0_b, c1_b, c2_b, _hr, _hi = _row_loads(
-                    eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t - t0, t, M, lane,
-                    mask, HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE)
+                    eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t, t0, row, M, lane,
+                    mask, HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE, REBASE)
         else:
             t = _time(start, r, L, REVERSE)
             xr, xi, c0, c1, c2, _hr, _hi = _row_loads(
-                eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t - t0, t, M, lane, mask,
-                HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE)
+                eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t, t0, row, M, lane, mask,
+                HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE, REBASE)
             if ROWS == 2:
                 t = _time(start, r + 1, L, REVERSE)
                 xr2, xi2, c02, c12, c22, _hr, _hi = _row_loads(
-                    eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t - t0, t, M, lane,
-                    mask, HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE)
+                    eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t, t0, row, M, lane,
+                    mask, HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE, REBASE)
         pr, pi, qr, qi, nr, ni = _summary_step(pr, pi, qr, qi, nr, ni, xr, xi, c0, c1, c2, nu,
                                                cos_theta, sin_theta, HAS_RESETS, REVERSE, TABLE)
         if ROWS == 2:
@@ -274,8 +291,8 @@ def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, la
             else:
                 t = _time(start, n - 1, L, REVERSE)
                 xr, xi, c0, c1, c2, _hr, _hi = _row_loads(
-                    eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t - t0, t, M, lane,
-                    mask, HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE)
+                    eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t, t0, row, M, lane,
+                    mask, HAS_RESETS, TABLE, False, FUSED, gamma, REVERSE, REBASE)
             pr, pi, qr, qi, nr, ni = _summary_step(pr, pi, qr, qi, nr, ni, xr, xi, c0, c1, c2,
                                                    nu, cos_theta, sin_theta, HAS_RESETS,
                                                    REVERSE, TABLE)
@@ -288,8 +305,8 @@ def _replay_step(sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr, xi, c0, c1, c
                  h_r_ptr, h_i_ptr, g_eta_ptr, g_delta_ptr, n_mblocks, mb, xw_ptr,
                  HAS_RESETS: tl.constexpr, REVERSE: tl.constexpr, ATOMIC: tl.constexpr,
                  TABLE: tl.constexpr, FUSED: tl.constexpr, SAVE_H: tl.constexpr):
-    """One row of the replay at time t (``d`` = t - t0 from the chunk's first step, the
-    pointers rebased there: :func:`_chunk_base`; g_eta_ptr / g_delta_ptr at its token's first
+    """One row of the replay at time t (``d``: its index into the pointers as
+    :func:`_chunk_base` returns them, :func:`_dist`; g_eta_ptr / g_delta_ptr at its token's first
     partial) from the row's loads (:func:`_row_loads`): the state update, its stores and
     (backward) the row's gradients.  Returns (sr, si, nr, ni,
     acc_nu, acc_delta, acc_gamma), [BLOCK_M] each ((nr, ni): A[t+1] backward, unused forward;
@@ -352,7 +369,8 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
                 ATOMIC: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
                 NUM_STAGES: tl.constexpr, TABLE: tl.constexpr = False,
                 PREFETCH: tl.constexpr = False, FUSED: tl.constexpr = False, gamma=None,
-                SAVE_H: tl.constexpr = False, xw_ptr=None, ROWS: tl.constexpr = 1):
+                SAVE_H: tl.constexpr = False, xw_ptr=None, ROWS: tl.constexpr = 1,
+                REBASE: tl.constexpr = True):
     """Walk the chunk from the carry-in (sr, si), storing every state into y.
 
     Backward also stores per-token control gradients (summed over the tile's modes) and grad
@@ -385,10 +403,13 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
         # unused forward (loop-invariant: folded away)
         nr, ni, h0r, h0i = acc_nu, acc_nu, acc_nu, acc_nu
     t0 = _time(start, 0, L, REVERSE)
-    tok0 = row + t0
+    if REBASE:
+        tok0 = row + t0
+    else:
+        tok0 = 0
     eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c = _chunk_base(
         eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, tok0, M, HAS_RESETS,
-        TABLE, FUSED, REVERSE or SAVE_H)
+        TABLE, FUSED, REVERSE or SAVE_H, REBASE)
     if FUSED:
         y_r_c = y_r_ptr + tok0 * (2 * M)
         y_i_c = y_i_ptr + tok0 * (2 * M)
@@ -412,13 +433,13 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
         # the first step's rows (the second clamped into the chunk: in bounds, maybe unused)
         ta = t0
         xr_a, xi_a, c0_a, c1_a, c2_a, hr_a, hi_a = _row_loads(
-            eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, ta - t0, ta, M, lane, mask,
-            HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE)
+            eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, ta, t0, row, M, lane, mask,
+            HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE, REBASE)
         if ROWS == 2:
             ta = _time(start, tl.minimum(1, n - 1), L, REVERSE)
             xr_b, xi_b, c0_b, c1_b, c2_b, hr_b, hi_b = _row_loads(
-                eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, ta - t0, ta, M, lane, mask,
-                HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE)
+                eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, ta, t0, row, M, lane, mask,
+                HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE, REBASE)
     for k in tl.range(0, n // ROWS, num_stages=NUM_STAGES):
         r = k * ROWS
         t = _time(start, r, L, REVERSE)
@@ -427,25 +448,26 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
             # the next step's rows, clamped into the chunk (see walk_summary)
             ta = _time(start, tl.minimum(r + ROWS, n - 1), L, REVERSE)
             xr_a, xi_a, c0_a, c1_a, c2_a, hr_a, hi_a = _row_loads(
-                eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, ta - t0, ta, M, lane, mask,
-                HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE)
+                eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, ta, t0, row, M, lane, mask,
+                HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE, REBASE)
             if ROWS == 2:
                 xr2, xi2, c02, c12, c22, hr2, hi2 = xr_b, xi_b, c0_b, c1_b, c2_b, hr_b, hi_b
                 ta = _time(start, tl.minimum(r + 3, n - 1), L, REVERSE)
                 xr_b, xi_b, c0_b, c1_b, c2_b, hr_b, hi_b = _row_loads(
-                    eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, ta - t0, ta, M, lane, mask,
-                    HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE)
+                    eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, ta, t0, row, M, lane, mask,
+                    HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE, REBASE)
         else:
             xr, xi, c0, c1, c2, hr, hi = _row_loads(
-                eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t - t0, t, M, lane, mask, HAS_RESETS,
-                TABLE, REVERSE, FUSED, gamma, REVERSE)
+                eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t, t0, row, M, lane, mask,
+                HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE, REBASE)
             if ROWS == 2:
                 ta = _time(start, r + 1, L, REVERSE)
                 xr2, xi2, c02, c12, c22, hr2, hi2 = _row_loads(
-                    eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, ta - t0, ta, M, lane, mask,
-                    HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE)
+                    eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, ta, t0, row, M, lane, mask,
+                    HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE, REBASE)
         sr, si, nr, ni, acc_nu, acc_delta, acc_gamma = _replay_step(
-            sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr, xi, c0, c1, c2, hr, hi, t, t - t0,
+            sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr, xi, c0, c1, c2, hr, hi, t,
+            _dist(t, t0, row, REBASE),
             M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i, gamma, y_r_c, y_i_c, h_r_c, h_i_c,
             g_eta_c, g_delta_c, n_mblocks, mb, xw_c, HAS_RESETS, REVERSE, ATOMIC, TABLE, FUSED,
             SAVE_H)
@@ -453,9 +475,9 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
             t2 = _time(start, r + 1, L, REVERSE)
             sr, si, nr, ni, acc_nu, acc_delta, acc_gamma = _replay_step(
                 sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr2, xi2, c02, c12, c22, hr2, hi2,
-                t2, t2 - t0, M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i, gamma, y_r_c,
-                y_i_c, h_r_c, h_i_c, g_eta_c, g_delta_c, n_mblocks, mb, xw_c, HAS_RESETS, REVERSE,
-                ATOMIC, TABLE, FUSED, SAVE_H)
+                t2, _dist(t2, t0, row, REBASE), M, lane, mask, nu, cos_theta, sin_theta, h0r,
+                h0i, gamma, y_r_c, y_i_c, h_r_c, h_i_c, g_eta_c, g_delta_c, n_mblocks, mb, xw_c,
+                HAS_RESETS, REVERSE, ATOMIC, TABLE, FUSED, SAVE_H)
     if ROWS == 2:
         if n % 2 != 0:
             # the odd last row (prefetched into the first slot)
@@ -464,13 +486,13 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
                 xr, xi, c0, c1, c2, hr, hi = xr_a, xi_a, c0_a, c1_a, c2_a, hr_a, hi_a
             else:
                 xr, xi, c0, c1, c2, hr, hi = _row_loads(
-                    eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t - t0, t, M, lane, mask,
-                    HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE)
+                    eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t, t0, row, M, lane, mask,
+                    HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE, REBASE)
             sr, si, nr, ni, acc_nu, acc_delta, acc_gamma = _replay_step(
                 sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr, xi, c0, c1, c2, hr, hi, t,
-                t - t0, M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i, gamma, y_r_c, y_i_c,
-                h_r_c, h_i_c, g_eta_c, g_delta_c, n_mblocks, mb, xw_c, HAS_RESETS, REVERSE,
-                ATOMIC, TABLE, FUSED, SAVE_H)
+                _dist(t, t0, row, REBASE), M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i,
+                gamma, y_r_c, y_i_c, h_r_c, h_i_c, g_eta_c, g_delta_c, n_mblocks, mb, xw_c,
+                HAS_RESETS, REVERSE, ATOMIC, TABLE, FUSED, SAVE_H)
     if REVERSE:
         if HAS_H0:
             if start + n == L:

@@ -274,6 +274,7 @@ def lookback_scan(
     DECOUPLED: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, SUB: tl.constexpr,
     LOOP: tl.constexpr, M_ALIGN: tl.constexpr = 1, FUSED: tl.constexpr = False,
     SAVE_H: tl.constexpr = False, ROWS: tl.constexpr = 1, WIDTH: tl.constexpr = 1,
+    REBASE: tl.constexpr = True,
 ):
     """Grid: (B * n_mtiles * n_chunks,); the program id is ignored in favour of the ticket.
 
@@ -301,6 +302,8 @@ def lookback_scan(
     ROWS (LOOP only; 1 or 2): rows per step of the walks, their loads issued together (see
     :func:`~samu_tune.kernels.chunk_walk.walk_summary`).
     WIDTH: predecessors read per look-back poll (:func:`_look_back`; 1 in chained mode).
+    REBASE (LOOP only): the walks index from pointers rebased at the chunk's first token
+    (:func:`~samu_tune.kernels.chunk_walk._chunk_base`), else by token.
     """
     if M_ALIGN > 1:
         M = M // M_ALIGN * M_ALIGN
@@ -339,7 +342,7 @@ def lookback_scan(
             ctl_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, c, L, M, lane, lane_ok, nu,
             cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK * SUB, BLOCK_M, 1, TABLE=True,
             PREFETCH=True, FUSED=FUSED, gamma=gamma, h_r_ptr=y_r_ptr, h_i_ptr=y_i_ptr,
-            ROWS=ROWS)
+            ROWS=ROWS, REBASE=REBASE)
     elif SUB == 1:
         pr, pi, qr, qi, t, valid, tok, off, mask = _tile_maps(
             eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, c * CHUNK, L, M, lane,
@@ -423,7 +426,7 @@ def lookback_scan(
             carry_i, b, row_base, c, L, M, n_mtiles, mt, lane, lane_ok, nu, cos_theta, sin_theta,
             HAS_RESETS, HAS_H0, REVERSE, False, CHUNK * SUB, BLOCK_M, 1, TABLE=True,
             PREFETCH=True, FUSED=FUSED, gamma=gamma, SAVE_H=SAVE_H, xw_ptr=xw_ptr,
-            ROWS=ROWS)                                                         # [BLOCK_M] each
+            ROWS=ROWS, REBASE=REBASE)                                          # [BLOCK_M] each
         theta_part = delta_part * theta
     elif SUB == 1:
         _, _, nu_part, theta_part = _replay(

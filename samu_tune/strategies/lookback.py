@@ -107,7 +107,7 @@ class LookbackConfig(BaseModel):
     lookback_width: Literal[1, 8, 16] = 1     # predecessors per look-back poll (decoupled)
 
 
-def lanes_per_thread(cfg: LookbackConfig) -> int:
+def lanes_per_thread(cfg) -> int:
     """Modes of a [block_m] row vector each thread holds (loop-inner: per row)."""
     return cfg.block_m // (32 * cfg.num_warps)
 
@@ -236,6 +236,14 @@ class LookbackPlan:
                    cfg.window if window is None else window, cfg.sub, cfg.inner == "loop",
                    cfg.rows, cfg.lookback_width if decoupled else 1)
 
+    def rebase(self, reverse: bool) -> bool:
+        """Whether the loop walks index from pointers rebased at each chunk's first token
+        (int32 step offsets: ~25% fewer instructions per element, sm_90 SASS) rather than by
+        token.  Not for the backward walk of two rows at more than 2 lanes per thread: there
+        the rebased pointers raise ptxas's registers from 128 to 161-163 (one program fewer
+        per SM) and the H200 timed it 5-17% slower (scripts/results/NVIDIA-H200/s14b)."""
+        return not (reverse and self.rows == 2 and lanes_per_thread(self) > 2)
+
 
 def control_table(eta: torch.Tensor, delta: torch.Tensor,
                   seg: Optional[torch.Tensor]) -> torch.Tensor:
@@ -287,7 +295,7 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
         HAS_RESETS=seg is not None, HAS_H0=h0[0] is not None, REVERSE=reverse,
         DECOUPLED=plan.decoupled, CHUNK=plan.chunk, BLOCK_M=plan.block_m, SUB=plan.sub,
         LOOP=plan.loop, M_ALIGN=m_align(plan, M), FUSED=gamma is not None, SAVE_H=save_h,
-        ROWS=plan.rows, WIDTH=plan.width, num_warps=plan.num_warps)
+        ROWS=plan.rows, WIDTH=plan.width, REBASE=plan.rebase(reverse), num_warps=plan.num_warps)
 
 
 class _LookbackScan(torch.autograd.Function):
