@@ -175,7 +175,7 @@ def _compile(launch, arch: int) -> str:
     target = GPUTarget("cuda", arch, 32)
     backend = CUDABackend(target)
     opts = backend.parse_options({k: v for k, v in launch["options"].items()
-                                  if k in ("num_warps", "num_stages")})
+                                  if k in ("num_warps", "num_stages", "enable_fp_fusion")})
     stages: dict = {}
     backend.add_stages(stages, opts, src.language)
     ctx = ir.context()

@@ -47,6 +47,7 @@ from ..settings import settings
 from ..strategies._alloc import empty
 from .controller import unit_directions
 from .reference import SAMUParams, State, needs_grad, step_reference, write_gamma
+from ..launch_options import LAUNCH_OPTIONS
 
 DecodeName = Literal["single", "blocked", "reference"]
 
@@ -386,7 +387,7 @@ def _launch(plan: _Plan, x: torch.Tensor, consts: torch.Tensor, state: Optional[
                             else s.to(torch.float32).contiguous() for s in state)
     kernels.samu_decode_step[plan.grid](
         x, consts, state_r, state_i, out, state_out[0], state_out[1], M,
-        plan.tiles_per_program, **plan.meta)
+        plan.tiles_per_program, **plan.meta, **LAUNCH_OPTIONS)
     return out, tuple(state_out)
 
 

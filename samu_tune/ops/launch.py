@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .. import intmath
 from ..strategies._alloc import empty
+from ..launch_options import LAUNCH_OPTIONS
 
 
 class Pair(NamedTuple):
@@ -74,7 +75,7 @@ def run(cfg: Config, *, reverse: bool, adjoint: bool, a: Pair, x: Pair, h0: Opti
     out = _like(x.r, out_dtype, complex_)
     last = _like(x.r, torch.float32, complex_, (B, D))
     ga = _like(a.r, grad_a_dtype or a.r.dtype, complex_) if adjoint else None
-    flags = dict(COMPLEX=complex_, REVERSE=reverse, ADJOINT=adjoint)
+    flags = dict(COMPLEX=complex_, REVERSE=reverse, ADJOINT=adjoint, **LAUNCH_OPTIONS)
     a_p, x_p, out_p, last_p = _ptrs(a, a.r), _ptrs(x, x.r), _ptrs(out, out.r), _ptrs(last, last.r)
     h0_p = _ptrs(h0, last.r)
     f_p, f0_p = _ptrs(f, out.r), _ptrs(f0, last.r)

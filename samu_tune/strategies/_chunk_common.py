@@ -32,6 +32,7 @@ from ..problem import ScanProblem
 from ..registry import Capability, Strategy, register
 from ..tensors import ScanInputs, ScanOutput
 from . import _alloc, _grads
+from ..launch_options import LAUNCH_OPTIONS
 
 KERNEL_MODULES = (chunk_kernels, chunk_walk, prefix_kernels, complex_math, tile)
 
@@ -171,12 +172,13 @@ def _prefix(plan: ChunkPlan, B: int, M: int, nc: int, pq, init, carry, end) -> N
     if plan.prefix == "serial":
         prefix_kernels.prefix_serial[(B * nmb,)](
             *pq, init[0], init[1], carry[0], carry[1], end[0], end[1], M, nc,
-            HAS_INIT=has_init, WRITE_END=write_end, BLOCK_M=plan.block_m, num_warps=warps)
+            HAS_INIT=has_init, WRITE_END=write_end, BLOCK_M=plan.block_m, num_warps=warps,
+            **LAUNCH_OPTIONS)
     elif plan.prefix == "hierarchical":
         prefix_kernels.prefix_blocked[(B * nmb,)](
             *pq, init[0], init[1], carry[0], carry[1], end[0], end[1], M, nc,
             HAS_INIT=has_init, WRITE_END=write_end, BLOCK_C=plan.prefix_block,
-            BLOCK_M=plan.block_m, num_warps=warps)
+            BLOCK_M=plan.block_m, num_warps=warps, **LAUNCH_OPTIONS)
     else:
         ng = intmath.cdiv(nc, plan.prefix_block)
         gpq = tuple(_f32(B, ng, M, device=dev) for _ in range(4))
@@ -184,14 +186,16 @@ def _prefix(plan: ChunkPlan, B: int, M: int, nc: int, pq, init, carry, end) -> N
         grid = (B * ng * nmb,)
         prefix_kernels.group_scan[grid](
             *pq, *gpq, gcarry[0], gcarry[1], carry[0], carry[1], M, nc, ng,
-            EXPAND=False, GROUP=plan.prefix_block, BLOCK_M=plan.block_m, num_warps=warps)
+            EXPAND=False, GROUP=plan.prefix_block, BLOCK_M=plan.block_m, num_warps=warps,
+            **LAUNCH_OPTIONS)
         prefix_kernels.prefix_serial[(B * nmb,)](
             *gpq, init[0], init[1], gcarry[0], gcarry[1], end[0], end[1], M, ng,
             HAS_INIT=has_init, WRITE_END=write_end, BLOCK_M=plan.block_m,
-            num_warps=serial_warps)
+            num_warps=serial_warps, **LAUNCH_OPTIONS)
         prefix_kernels.group_scan[grid](
             *pq, *gpq, gcarry[0], gcarry[1], carry[0], carry[1], M, nc, ng,
-            EXPAND=True, GROUP=plan.prefix_block, BLOCK_M=plan.block_m, num_warps=warps)
+            EXPAND=True, GROUP=plan.prefix_block, BLOCK_M=plan.block_m, num_warps=warps,
+            **LAUNCH_OPTIONS)
 
 
 def _scan(plan: ChunkPlan, reverse: bool, B: int, L: int, M: int, *, eta, delta, nu_log,
@@ -205,7 +209,7 @@ def _scan(plan: ChunkPlan, reverse: bool, B: int, L: int, M: int, *, eta, delta,
     pq = tuple(_f32(B, nc, M, device=dev) for _ in range(4))
     common = dict(HAS_RESETS=seg is not None, REVERSE=reverse, WALK=plan.walk, CHUNK=plan.chunk,
                   BLOCK_M=plan.block_m, NUM_STAGES=plan.num_stages, num_warps=plan.num_warps,
-                  num_stages=plan.num_stages)
+                  num_stages=plan.num_stages, **LAUNCH_OPTIONS)
     chunk_kernels.chunk_summary[grid](eta, delta, nu_log, theta_log, seg, x[0], x[1], *pq,
                                       L, M, nc, nmb, **common)
     carry = (_f32(B, nc, M, device=dev), _f32(B, nc, M, device=dev))

@@ -21,6 +21,7 @@ from .. import intmath
 from ..kernels import controller as kernels
 from ..kernels import controls as control_kernels
 from . import _alloc, _grads
+from ..launch_options import LAUNCH_OPTIONS
 
 # Tiles, chosen by ptxas for sm_90 (Triton 3.9, bf16 x, K a multiple of 16: x and grad x
 # move in 16-byte vectors, no spills): forward [16, 128] at 4 warps, 72 registers ([32, 128]:
@@ -102,7 +103,7 @@ def forward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, *,
         x, dirs, scales, buf[0], buf[1], buf[2], buf[3], ctl, seg, T, K,
         HAS_TABLE=table, HAS_RESETS=seg is not None, BLOCK_T=_FWD_BLOCK_T,
         BLOCK_K=_block_k(K, _FWD_BLOCK_K), K_ALIGN=_k_align(K),
-        num_warps=_NUM_WARPS)
+        num_warps=_NUM_WARPS, **LAUNCH_OPTIONS)
     return Controls(buf[0], buf[1], buf[2:], ctl)
 
 
@@ -135,7 +136,7 @@ def backward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, s: torch
     kernels.controller_backward[(groups, col_tiles)](
         x, dirs, scales, s[0], s[1], d_eta, d_delta, grad_x, partials, T, K, tokens_per_program,
         ACCUMULATE=accumulate, BLOCK_T=_BWD_BLOCK_T, BLOCK_K=block_k, K_ALIGN=_k_align(K),
-        num_warps=_NUM_WARPS)
+        num_warps=_NUM_WARPS, **LAUNCH_OPTIONS)
     total = partials[0] if groups == 1 else partials.sum(0)                       # [2, K + 2]
     return grad_x, total[:, :K + 1], total[:, K + 1]
 

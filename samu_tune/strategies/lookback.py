@@ -29,6 +29,7 @@ from ..problem import ScanProblem
 from ..registry import Capability, Strategy, register
 from ..tensors import ScanInputs, ScanOutput
 from . import _alloc, _grads, controller
+from ..launch_options import LAUNCH_OPTIONS
 
 # register budget, in tile elements per thread.  ptxas for sm_90 (Triton 3.9 PTX, bf16):
 # 8 per thread -> forward ~96-113 registers, backward ~144-185, no spills; 16 per thread ->
@@ -254,7 +255,8 @@ def control_table(eta: torch.Tensor, delta: torch.Tensor,
                         device=eta.device)
     block = 1024
     controls.control_table[(intmath.cdiv(rows, block),)](
-        eta, delta, seg, table, rows, HAS_RESETS=seg is not None, BLOCK=block, num_warps=4)
+        eta, delta, seg, table, rows, HAS_RESETS=seg is not None, BLOCK=block, num_warps=4,
+        **LAUNCH_OPTIONS)
     return table
 
 
@@ -295,7 +297,8 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
         HAS_RESETS=seg is not None, HAS_H0=h0[0] is not None, REVERSE=reverse,
         DECOUPLED=plan.decoupled, CHUNK=plan.chunk, BLOCK_M=plan.block_m, SUB=plan.sub,
         LOOP=plan.loop, M_ALIGN=m_align(plan, M), FUSED=gamma is not None, SAVE_H=save_h,
-        ROWS=plan.rows, WIDTH=plan.width, REBASE=plan.rebase(reverse), num_warps=plan.num_warps)
+        ROWS=plan.rows, WIDTH=plan.width, REBASE=plan.rebase(reverse), num_warps=plan.num_warps,
+        **LAUNCH_OPTIONS)
 
 
 class _LookbackScan(torch.autograd.Function):

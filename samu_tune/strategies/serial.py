@@ -23,6 +23,7 @@ from ..problem import ScanProblem
 from ..registry import Capability, Strategy, register
 from ..tensors import ScanInputs, ScanOutput
 from . import _alloc, _grads
+from ..launch_options import LAUNCH_OPTIONS
 
 # radial_decay tile: 8 tokens x 128 modes, 8 elements per thread at 4 warps
 _DECAY_ROWS, _DECAY_MODES, _DECAY_WARPS = 8, 128, 4
@@ -101,7 +102,7 @@ def _launch(plan: SerialPlan, reverse: bool, B: int, L: int, M: int, *, eta, del
         L, M, nmb,
         HAS_RESETS=seg is not None, HAS_H0=h0[0] is not None, PRECOMPUTED=rho is not None,
         REVERSE=reverse, BLOCK_M=plan.block_m, NUM_STAGES=plan.num_stages, UNROLL=plan.unroll,
-        num_warps=plan.num_warps, num_stages=plan.num_stages)
+        num_warps=plan.num_warps, num_stages=plan.num_stages, **LAUNCH_OPTIONS)
 
 
 def radial_decay(eta: torch.Tensor, nu_log: torch.Tensor, M: int) -> torch.Tensor:
@@ -110,7 +111,7 @@ def radial_decay(eta: torch.Tensor, nu_log: torch.Tensor, M: int) -> torch.Tenso
     rho = _alloc.empty(B, L, M, dtype=torch.float32, device=eta.device)
     grid = (intmath.cdiv(B * L, _DECAY_ROWS), intmath.cdiv(M, _DECAY_MODES))
     decay.radial_decay[grid](eta, nu_log, rho, B * L, M, BLOCK_R=_DECAY_ROWS,
-                             BLOCK_M=_DECAY_MODES, num_warps=_DECAY_WARPS)
+                             BLOCK_M=_DECAY_MODES, num_warps=_DECAY_WARPS, **LAUNCH_OPTIONS)
     return rho
 
 
