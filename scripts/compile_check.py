@@ -18,6 +18,7 @@ Run it with the Triton of the GPU machine too (a venv with ``pip install triton=
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -30,24 +31,29 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 # ------------------------------------------------------------------ phase 1: record ----------
-def _record(out: Path, strategies: list[str], quick: bool) -> None:
+def describe(v) -> dict:
+    """A launch argument as the compiler sees it: a tensor's dtype and 16-byte alignment, an
+    int's value (Triton specialises 1 and multiples of 16), None, a bool."""
     import torch
+    if isinstance(v, torch.Tensor):
+        return {"ptr": str(v.dtype).replace("torch.", ""), "align16": v.data_ptr() % 16 == 0}
+    if v is None:
+        return {"none": True}
+    if isinstance(v, bool):
+        return {"bool": v}
+    if isinstance(v, int):
+        return {"int": v}
+    if isinstance(v, float):
+        return {"float": v}
+    return {"other": repr(v)}
+
+
+@contextlib.contextmanager
+def recording(seen: dict):
+    """Under the interpreter: every kernel launch inside the block recorded into ``seen``
+    (one entry per distinct launch: module, kernel, described arguments, options); the
+    kernels still run."""
     import triton.runtime.interpreter as interp
-
-    seen: dict = {}
-
-    def describe(v):
-        if isinstance(v, torch.Tensor):
-            return {"ptr": str(v.dtype).replace("torch.", ""), "align16": v.data_ptr() % 16 == 0}
-        if v is None:
-            return {"none": True}
-        if isinstance(v, bool):
-            return {"bool": v}
-        if isinstance(v, int):
-            return {"int": v}
-        if isinstance(v, float):
-            return {"float": v}
-        return {"other": repr(v)}
 
     original = interp.InterpretedFunction.run
 
@@ -63,6 +69,21 @@ def _record(out: Path, strategies: list[str], quick: bool) -> None:
         return original(self, *args, grid=grid, warmup=warmup, **kwargs)
 
     interp.InterpretedFunction.run = run
+    try:
+        yield seen
+    finally:
+        interp.InterpretedFunction.run = original
+
+
+def _record(out: Path, strategies: list[str], quick: bool) -> None:
+    seen: dict = {}
+    with recording(seen):
+        _exercise(strategies, quick)
+    out.write_text(json.dumps(list(seen.values()), indent=1))
+
+
+def _exercise(strategies: list[str], quick: bool) -> None:
+    import torch
     sys.path.insert(0, str(ROOT))
     import samu_tune
     from samu_tune import registry
@@ -98,7 +119,6 @@ def _record(out: Path, strategies: list[str], quick: bool) -> None:
             with torch.no_grad():
                 layer(x)
                 layer.step(x[:, 0].detach())
-    out.write_text(json.dumps(list(seen.values()), indent=1))
 
 
 def _scan_once(samu_tune, name, cfg, B, L, M, resets, h0, final, gen) -> None:
@@ -160,22 +180,19 @@ def _signature(fn, launch):
     return sig, const, attrs
 
 
-def _compile(launch, arch: int) -> str:
-    import importlib
-
-    import triton
+def ptx_of(fn, sig: dict, const: dict, attrs: dict, arch: int = 90, **options) -> str:
+    """The PTX of ``fn`` (a JITFunction) for sm_``arch`` through Triton's NVIDIA backend, the
+    signature in ASTSource's terms (``"*bf16"``, ``"i32"``, ``"constexpr"`` with ``const``),
+    ``options`` the launch's (num_warps, ...)."""
     from triton._C.libtriton import ir
     from triton.backends.compiler import GPUTarget
     from triton.backends.nvidia.compiler import CUDABackend
     from triton.compiler import ASTSource
 
-    fn = getattr(importlib.import_module(launch["module"]), launch["name"])
-    sig, const, attrs = _signature(fn, launch)
     src = ASTSource(fn, sig, const, attrs)
     target = GPUTarget("cuda", arch, 32)
     backend = CUDABackend(target)
-    opts = backend.parse_options({k: v for k, v in launch["options"].items()
-                                  if k in ("num_warps", "num_stages", "enable_fp_fusion")})
+    opts = backend.parse_options(options)
     stages: dict = {}
     backend.add_stages(stages, opts, src.language)
     ctx = ir.context()
@@ -186,6 +203,20 @@ def _compile(launch, arch: int) -> str:
     meta = {"hash": "0", "target": target, **opts.__dict__}
     for ext in ("ttir", "ttgir", "llir", "ptx"):
         mod = stages[ext](mod, meta)
+    return mod
+
+
+def _compile(launch, arch: int) -> str:
+    import importlib
+
+    import triton
+
+    fn = getattr(importlib.import_module(launch["module"]), launch["name"])
+    sig, const, attrs = _signature(fn, launch)
+    # PTX 8.7: what the ptxas in the wheel reads (a CPU-only box has no driver to ask)
+    mod = ptx_of(fn, sig, const, attrs, arch, ptx_version=87, **{
+        k: v for k, v in launch["options"].items()
+        if k in ("num_warps", "num_stages", "enable_fp_fusion")})
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "k.ptx").write_text(mod)

@@ -27,11 +27,8 @@ os.environ.pop("TRITON_INTERPRET", None)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import triton  # noqa: E402
-from triton._C.libtriton import ir  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.backends.nvidia.compiler import CUDABackend  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
 
+from compile_check import ptx_of  # noqa: E402
 from samu_tune.kernels import lookback as K  # noqa: E402
 from samu_tune.strategies.lookback import LookbackPlan  # noqa: E402
 
@@ -61,21 +58,7 @@ def ptx(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
             sig[name] = (f"*{dt}" if name in data else "*i32" if name in ("sync_ptr", "seg_ptr")
                          else "*fp32")
             attrs[(i,)] = [["tt.divisibility", 16]]
-    src = ASTSource(fn, sig, const, attrs)
-    target = GPUTarget("cuda", 90, 32)
-    backend = CUDABackend(target)
-    opts = backend.parse_options({"num_warps": num_warps, "ptx_version": 87})
-    stages: dict = {}
-    backend.add_stages(stages, opts, src.language)
-    ctx = ir.context()
-    ir.load_dialects(ctx)
-    backend.load_dialects(ctx)
-    mod = src.make_ir(target, opts, backend.get_codegen_implementation(opts),
-                      backend.get_module_map(), ctx)
-    meta = {"hash": "0", "target": target, **opts.__dict__}
-    for ext in ("ttir", "ttgir", "llir", "ptx"):
-        mod = stages[ext](mod, meta)
-    return mod
+    return ptx_of(fn, sig, const, attrs, 90, num_warps=num_warps, ptx_version=87)
 
 
 def ptx_stats(text: str) -> str:

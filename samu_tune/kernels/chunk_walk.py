@@ -143,6 +143,17 @@ def _dist(t, t0, row, REBASE: tl.constexpr):
 
 
 @triton.jit
+def _rebase_rows(r_ptr, i_ptr, tok0, M, FUSED: tl.constexpr):
+    """A pair of row pointers advanced to token ``tok0``: rows of M ([B, L, M]) or, FUSED, of
+    the layer's 2M ([B, L, 2M], the imaginary half at + M)."""
+    if FUSED:
+        stride = 2 * M
+    else:
+        stride = M
+    return r_ptr + tok0 * stride, i_ptr + tok0 * stride
+
+
+@triton.jit
 def _chunk_base(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, tok0, M,
                 HAS_RESETS: tl.constexpr, TABLE: tl.constexpr, FUSED: tl.constexpr,
                 HAS_H: tl.constexpr, REBASE: tl.constexpr = True):
@@ -167,12 +178,7 @@ def _chunk_base(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr,
             seg_ptr = seg_ptr + tok0
         else:
             seg_ptr = eta_ptr                 # unused
-    if FUSED:
-        x_r_ptr = x_r_ptr + tok0 * (2 * M)
-        x_i_ptr = x_i_ptr + tok0 * (2 * M)
-    else:
-        x_r_ptr = x_r_ptr + tok0 * M
-        x_i_ptr = x_i_ptr + tok0 * M
+    x_r_ptr, x_i_ptr = _rebase_rows(x_r_ptr, x_i_ptr, tok0, M, FUSED)
     if HAS_H:
         h_r_ptr = h_r_ptr + tok0 * M
         h_i_ptr = h_i_ptr + tok0 * M
@@ -410,12 +416,7 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
     eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c = _chunk_base(
         eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, tok0, M, HAS_RESETS,
         TABLE, FUSED, REVERSE or SAVE_H, REBASE)
-    if FUSED:
-        y_r_c = y_r_ptr + tok0 * (2 * M)
-        y_i_c = y_i_ptr + tok0 * (2 * M)
-    else:
-        y_r_c = y_r_ptr + tok0 * M
-        y_i_c = y_i_ptr + tok0 * M
+    y_r_c, y_i_c = _rebase_rows(y_r_ptr, y_i_ptr, tok0, M, FUSED)
     if REVERSE:
         if ATOMIC:
             g_eta_c = g_eta_ptr + tok0
