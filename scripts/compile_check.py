@@ -106,7 +106,8 @@ def _exercise(strategies: list[str], quick: bool) -> None:
                 configs += [c for c in strat.configs(problem)
                             if c.inner == "loop" and c.lookback == "decoupled" and c.sub == 1
                             and c.lookback_width == 1][:2]
-                configs += [c for c in strat.configs(problem) if c.inner == "loop" and c.rows == 2][:1]
+                configs += [c for c in strat.configs(problem)
+                            if c.inner == "loop" and c.rows == 2][:1]
             for cfg in configs:
                 for resets, h0, final in ((False, False, False), (True, True, True)):
                     _scan_once(samu_tune, strat.name, cfg, B, L, M, resets, h0, final, gen)
@@ -244,7 +245,8 @@ def _label(launch) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arch", type=int, default=90)
     ap.add_argument("--strategies", default="", help="comma list (and 'layer'); default: all")
     ap.add_argument("--quick", action="store_true", help="one problem shape")
@@ -266,7 +268,8 @@ def main() -> int:
         if not rec.exists():
             env = dict(os.environ, TRITON_INTERPRET="1")
             cmd = [args.record_python, __file__, "--record", str(rec)]
-            cmd += (["--quick"] if args.quick else []) + (["--strategies", ",".join(wanted)] if wanted else [])
+            cmd += ["--quick"] if args.quick else []
+            cmd += ["--strategies", ",".join(wanted)] if wanted else []
             subprocess.run(cmd, env=env, check=True)
         launches = json.loads(rec.read_text())
     print(f"triton {triton.__version__}: {len(launches)} distinct launches recorded in "
