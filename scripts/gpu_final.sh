@@ -11,7 +11,8 @@
 #   7. layer forward / train: SAMU default vs fused vs controller + seed scan  T_LAYER -> layer/
 #   8. fused layer by look-back config (FUSED_ARGS; off by default)  T_FUSED -> fused/
 #   9. decode tokens/s (SAMU.step vs the seed), host profile  T_DECODE -> layer/
-# Carry .whl (pydantic, platformdirs, accelerated-scan wheels) and seed_copy.
+# Carry .whl (pydantic, platformdirs, accelerated-scan, pytest-xdist + execnet wheels) and
+# seed_copy (scripts/gpu_wheels.sh downloads the wheels; seed_copy: the seed's readable file).
 set -uo pipefail
 OUT="${OUT:-$PWD/.device_out}"
 mkdir -p "$OUT/grid" "$OUT/tuner" "$OUT/layer" "$OUT/probe" "$OUT/lookback" "$OUT/fused"
@@ -24,7 +25,10 @@ phase() { echo "== $1 at $(date +%T)"; }
 on() { [ "${1:-0}" -gt 0 ]; }
 if on "${T_TESTS:-110}"; then
   phase tests
-  timeout "${T_TESTS:-110}" python3 -m pytest -v -m gpu -p no:cacheprovider \
+  # compile-bound: with pytest-xdist carried (.whl), TEST_WORKERS processes compile in parallel
+  workers=""
+  python3 -c "import xdist" 2>/dev/null && workers="-n ${TEST_WORKERS:-8}"
+  timeout "${T_TESTS:-110}" python3 -m pytest -v -m gpu -p no:cacheprovider $workers \
       ${TEST_ARGS:-tests/test_lookback.py tests/test_decode.py tests/test_decode_cache.py} \
       ${TEST_K:+-k "$TEST_K"} 2>&1 \
       | grep -E "PASSED|FAILED|ERROR|Error|assert|passed|failed" > "$OUT/gpu_tests.log"
