@@ -1,14 +1,15 @@
 """Every kernel launch states the compiler options of :mod:`samu_tune.launch_options`.
 
-Each launch is recorded (under the interpreter, where a launch is
-``InterpretedFunction.run``) while every registered scan strategy runs forward and backward,
+Each launch is recorded (``scripts/compile_check.py``'s ``recording``, under the
+interpreter) while every registered scan strategy runs forward and backward,
 the look-back's loop walk (control table and scan), the fused SAMU layer (controller kernels
 and the fused scan), a decode step and the generic linear scans; a launch that leaves
 ``enable_fp_fusion`` to Triton's default (a warning on Triton 3.9, off from 3.10) fails.
 """
-import pytest
+import sys
+from pathlib import Path
+
 import torch
-import triton.runtime.interpreter as interp
 
 import samu_tune
 from samu_tune import registry
@@ -19,25 +20,32 @@ from samu_tune.verify import random_inputs
 
 from _helpers import cpu_problem
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-@pytest.fixture
-def launches(monkeypatch):
-    seen = []
-    original = interp.InterpretedFunction.run
-
-    def run(self, *args, grid, warmup, **kwargs):
-        seen.append((self.fn.__name__, {k: kwargs.get(k) for k in LAUNCH_OPTIONS}))
-        return original(self, *args, grid=grid, warmup=warmup, **kwargs)
-
-    monkeypatch.setattr(interp.InterpretedFunction, "run", run)
-    return seen
+import compile_check  # noqa: E402
 
 
 def _backward(*tensors):
     sum(t.float().sum() for t in tensors).backward()
 
 
-def test_every_launch_states_the_options(launches):
+def test_every_launch_states_the_options():
+    seen: dict = {}
+    with compile_check.recording(seen):
+        _exercise()
+    launches = [(launch["name"], {k: launch["options"].get(k) for k in LAUNCH_OPTIONS})
+                for launch in seen.values()]
+    names = {name for name, _ in launches}
+    assert {"lookback_scan", "control_table", "serial_scan", "chunk_summary", "chunk_replay",
+            "linear_serial_scan", "linear_chunk_summary", "linear_chunk_replay",
+            "controller_forward", "controller_backward", "samu_decode_step"} <= names, names
+    missing = sorted({name for name, opts in launches if opts != LAUNCH_OPTIONS})
+    assert not missing, f"launches without {LAUNCH_OPTIONS}: {missing}"
+
+
+def _exercise():
+    """Every scan strategy forward and backward, the look-back loop walk, the fused layer, a
+    decode step and the generic scans, on tiny problems."""
     problem = cpu_problem(2, 40, 20, dtype="bfloat16", resets=True, initial_state=True,
                           final_state=True)
     for strat in registry.all_strategies():
@@ -67,10 +75,3 @@ def test_every_launch_states_the_options(launches):
     a = torch.rand(1, 9, 5) * 0.9
     samu_tune.real_scan(a, torch.randn(1, 9, 5), strategy="serial")
     samu_tune.complex_scan(a, a, torch.randn(1, 9, 5), torch.randn(1, 9, 5), strategy="chunk")
-
-    names = {name for name, _ in launches}
-    assert {"lookback_scan", "control_table", "serial_scan", "chunk_summary", "chunk_replay",
-            "linear_serial_scan", "linear_chunk_summary", "linear_chunk_replay",
-            "controller_forward", "controller_backward", "samu_decode_step"} <= names, names
-    missing = sorted({name for name, opts in launches if opts != LAUNCH_OPTIONS})
-    assert not missing, f"launches without {LAUNCH_OPTIONS}: {missing}"

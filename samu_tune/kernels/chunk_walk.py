@@ -150,6 +150,17 @@ def _dist(t, t0, row, REBASE: tl.constexpr):
 
 
 @triton.jit
+def _base_token(row, t0, REBASE: tl.constexpr):
+    """The token the walk's pointers are rebased at (:func:`_chunk_base`): the chunk's first,
+    row + t0 (int64), where REBASE; else 0 (the pointers as given, indexed by token)."""
+    if REBASE:
+        tok0 = row + t0
+    else:
+        tok0 = 0
+    return tok0
+
+
+@triton.jit
 def _rebase_rows(r_ptr, i_ptr, tok0, M, FUSED: tl.constexpr):
     """A pair of row pointers advanced to token ``tok0``: rows of M ([B, L, M]) or, FUSED, of
     the layer's 2M ([B, L, 2M], the imaginary half at + M)."""
@@ -163,18 +174,16 @@ def _rebase_rows(r_ptr, i_ptr, tok0, M, FUSED: tl.constexpr):
 @triton.jit
 def _chunk_base(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, tok0, M,
                 HAS_RESETS: tl.constexpr, TABLE: tl.constexpr, FUSED: tl.constexpr,
-                HAS_H: tl.constexpr, REBASE: tl.constexpr = True):
+                HAS_H: tl.constexpr):
     """The walk's pointers rebased at token ``tok0`` (int64: b L + the time of the chunk's
     first step), so that a step indexes them by its int32 distance t - t0 from it
     (:func:`_dist`): one 64-bit product per chunk instead of one per row and pointer.
     Controls: the [B L, 4] control table (TABLE) or eta, delta and (HAS_RESETS) segment
     positions; x: [B, L, M] (FUSED: [B, L, 2M]); h (HAS_H): [B, L, M].  A pointer the walk
-    does not use comes back as another one (Triton 3.6 cannot return None in a tuple).  Not
-    REBASE: the pointers as given (steps index them by token: :func:`_dist`), for the walks
-    whose registers the rebased pointers would raise past an occupancy step (see
-    LookbackPlan.rebase)."""
-    if not REBASE:
-        tok0 = 0
+    does not use comes back as another one (Triton 3.6 cannot return None in a tuple).
+    ``tok0`` = 0 (:func:`_base_token` without REBASE) leaves them as given, indexed by token,
+    for the walks whose registers the rebased pointers would raise past an occupancy step
+    (see LookbackPlan.rebase)."""
     if TABLE:
         eta_ptr = eta_ptr + tok0 * TABLE_COLS
         delta_ptr = eta_ptr                   # unused
@@ -252,8 +261,8 @@ def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, la
         nr, ni = pi, pi                 # unused forward (loop-invariant: folded away)
     t0 = _time(start, 0, L, REVERSE)
     eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c = _chunk_base(
-        eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, row + t0, M,
-        HAS_RESETS, TABLE, FUSED, FUSED and REVERSE, REBASE)
+        eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr,
+        _base_token(row, t0, REBASE), M, HAS_RESETS, TABLE, FUSED, FUSED and REVERSE)
     if PREFETCH:
         # the first step's rows (the second clamped into the chunk: in bounds, maybe unused)
         t = t0
@@ -417,13 +426,10 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
         # unused forward (loop-invariant: folded away)
         nr, ni, h0r, h0i = acc_nu, acc_nu, acc_nu, acc_nu
     t0 = _time(start, 0, L, REVERSE)
-    if REBASE:
-        tok0 = row + t0
-    else:
-        tok0 = 0
+    tok0 = _base_token(row, t0, REBASE)
     eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c = _chunk_base(
         eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, h_r_ptr, h_i_ptr, tok0, M, HAS_RESETS,
-        TABLE, FUSED, REVERSE or SAVE_H, REBASE)
+        TABLE, FUSED, REVERSE or SAVE_H)
     y_r_c, y_i_c = _rebase_rows(y_r_ptr, y_i_ptr, tok0, M, FUSED)
     if REVERSE:
         if ATOMIC:
