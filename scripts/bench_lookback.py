@@ -1,7 +1,7 @@
 """Quick GPU timing of ``lookback`` configs against ``serial`` at the long-L shapes.
 
     python scripts/bench_lookback.py [--out DIR] [--shapes 8x8192x1024,...] [--all]
-        [--configs CHUNKxBLOCK_MxWARPS[xSUB][c][l][r2][wN],...] [--warm N]
+        [--configs CHUNKxBLOCK_MxWARPS[xSUB][c][l][r2][wN][pN],...] [--warm N]
 
 For each shape (bf16 data, fp32 controls) and config: a correctness check against the serial
 strategy (relative norm, bf16 tolerances, forward and gradients), then forward and
@@ -52,17 +52,19 @@ CONFIGS = [LookbackConfig(chunk=c, block_m=m, num_warps=w, lookback=mode, window
 def parse_config(spec: str) -> LookbackConfig:
     """``16x128x2x4`` (chunk x block_m x warps x sub; sub optional), with trailing letters:
     ``c`` chained look-back, ``l`` loop-inner (``64x512x4l``, ``64x512x4cl``), then an
-    optional ``r2``: two rows per loop step (``32x512x4lr2``) and ``wN``: look-back width N
-    (``128x32x4w8``, ``32x256x4lw8``)."""
-    m = re.fullmatch(r"(\d+(?:x\d+){2,3})([cl]*)(?:r(\d))?(?:w(\d+))?", spec)
+    optional ``r2``: two rows per loop step (``32x512x4lr2``), ``wN``: look-back width N
+    (``128x32x4w8``, ``32x256x4lw8``) and ``pN``: N software-pipeline stages of the loop
+    walks (``64x256x2lr2p4``)."""
+    m = re.fullmatch(r"(\d+(?:x\d+){2,3})([cl]*)(?:r(\d))?(?:w(\d+))?(?:p(\d+))?", spec)
     if m is None:
-        raise ValueError(f"bad config spec {spec!r}: CHUNKxBLOCK_MxWARPS[xSUB][c][l][r2][wN]")
-    body, flags, rows, width = m.groups()
+        raise ValueError(
+            f"bad config spec {spec!r}: CHUNKxBLOCK_MxWARPS[xSUB][c][l][r2][wN][pN]")
+    body, flags, rows, width, stages = m.groups()
     vals = [int(v) for v in body.split("x")] + [1]
     return LookbackConfig(chunk=vals[0], block_m=vals[1], num_warps=vals[2], sub=vals[3],
                           lookback="chained" if "c" in flags else "decoupled",
                           inner="loop" if "l" in flags else "tile", rows=int(rows or 1),
-                          lookback_width=int(width or 1))
+                          lookback_width=int(width or 1), stages=int(stages or 1))
 
 
 def kernel_ms(step, fn, n: int = 10) -> float:

@@ -6,7 +6,7 @@ returned tuple, an older Triton's missing features) before device time is spent.
 
 Phase 1 (a child process under TRITON_INTERPRET=1): small problems through the public entry
 points (``samu_tune.scan`` with each strategy's default config and, for ``lookback``, loop
-configs with one and two rows; forward and backward; with and without resets, h0 and final
+configs with one and two rows and pipeline stages; forward and backward; with and without resets, h0 and final
 state; the fused SAMU layer forward and backward; a decode step), every kernel launch
 recorded: its argument types (a tensor's dtype and 16-byte alignment, an int's value where
 Triton specialises it, None) and constexprs.  Phase 2 (this process, no interpreter):
@@ -108,6 +108,8 @@ def _exercise(strategies: list[str], quick: bool) -> None:
                             and c.lookback_width == 1][:2]
                 configs += [c for c in strat.configs(problem)
                             if c.inner == "loop" and c.rows == 2][:1]
+                configs += [c for c in strat.configs(problem)
+                            if c.inner == "loop" and c.stages > 1][:2]
             for cfg in configs:
                 for resets, h0, final in ((False, False, False), (True, True, True)):
                     _scan_once(samu_tune, strat.name, cfg, B, L, M, resets, h0, final, gen)

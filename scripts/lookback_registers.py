@@ -37,7 +37,8 @@ INTS = ("B", "L", "M", "n_mtiles", "n_chunks", "window")
 
 
 def ptx(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
-        loop: bool = False, dt: str = "bf16", rows: int = 1, width: int = 1) -> str:
+        loop: bool = False, dt: str = "bf16", rows: int = 1, width: int = 1,
+        stages: int = 1) -> str:
     fn = K.lookback_scan
     data = {"x_r_ptr", "x_i_ptr", "y_r_ptr", "y_i_ptr", "gx_r_ptr", "gx_i_ptr", "o_ptr", "xw_ptr"}
     # FUSED=1 in the environment: the SAMU layer fused (loop configs; forward saves h)
@@ -47,7 +48,8 @@ def ptx(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
                  FUSED=bool(os.environ.get("FUSED")) and loop,
                  SAVE_H=bool(os.environ.get("FUSED")) and loop and not reverse, ROWS=rows,
                  WIDTH=width, REBASE=LookbackPlan(chunk, block_m, num_warps, True, 1, sub, loop,
-                                                  rows, width).rebase(reverse))
+                                                  rows, width, stages).rebase(reverse),
+                 STAGES=stages)
     sig, const, attrs = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in flags:
@@ -72,15 +74,18 @@ def ptx_stats(text: str) -> str:
 
 
 def registers(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
-              loop: bool = False, stats: bool = False, rows: int = 1, width: int = 1) -> str:
+              loop: bool = False, stats: bool = False, rows: int = 1, width: int = 1,
+              stages: int = 1) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "k.ptx"
-        text = ptx(reverse, chunk, block_m, num_warps, sub, loop, rows=rows, width=width)
+        text = ptx(reverse, chunk, block_m, num_warps, sub, loop, rows=rows, width=width,
+                   stages=stages)
         if os.environ.get("PTX_DUMP"):
             out = Path(os.environ["PTX_DUMP"])
             out.mkdir(parents=True, exist_ok=True)
             (out / f"{'bwd' if reverse else 'fwd'}_{chunk}x{block_m}x{num_warps}x{sub}"
-                   f"{'l' if loop else ''}{f'r{rows}' if rows > 1 else ''}w{width}.ptx").write_text(text)
+                   f"{'l' if loop else ''}{f'r{rows}' if rows > 1 else ''}w{width}"
+                   f"{f'p{stages}' if stages > 1 else ''}.ptx").write_text(text)
         path.write_text(text)
         res = subprocess.run([str(PTXAS), "-arch=sm_90a", "-v", str(path), "-o",
                               str(Path(tmp) / "k.cubin")], capture_output=True, text=True)
@@ -104,17 +109,18 @@ def main() -> None:
         configs = [c for c in config_space(LookbackConfig) if valid(big, c)]
     # the kernel's constexprs, each once (look-back mode and window do not change registers;
     # the look-back width does)
-    plans = sorted({(p.loop, p.chunk, p.block_m, p.num_warps, p.sub, p.rows, p.width)
+    plans = sorted({(p.loop, p.chunk, p.block_m, p.num_warps, p.sub, p.rows, p.width, p.stages)
                     for p in map(LookbackPlan.of, configs)})
     print(f"triton {triton.__version__}, ptxas {PTXAS}")
-    for loop, chunk, block_m, warps, sub, rows, width in plans:
+    for loop, chunk, block_m, warps, sub, rows, width, stages in plans:
         # elements per thread: of the tile, or of the row vector (loop)
         per_thread = (1 if loop else chunk) * block_m // (32 * warps)
         for reverse in (False, True):
             print(f"{'bwd' if reverse else 'fwd'} {'loop' if loop else 'tile'} chunk={chunk:3d} "
                   f"block_m={block_m:4d} warps={warps} sub={sub:2d} rows={rows} width={width:2d} "
+                  f"stages={stages} "
                   f"({per_thread:2d}/thread): "
-                  f"{registers(reverse, chunk, block_m, warps, sub, loop, stats, rows, width)}",
+                  f"{registers(reverse, chunk, block_m, warps, sub, loop, stats, rows, width, stages)}",
                   flush=True)
 
 

@@ -125,9 +125,11 @@ def test_sub_tiles_per_chunk(plan):
     LookbackPlan.of(LOOP_ROWS2),
     LookbackPlan.of(LOOP_ROWS2, window=3),
     LookbackPlan.of(LOOP_CHAINED.model_copy(update={"rows": 2})),
+    LookbackPlan.of(LOOP.model_copy(update={"stages": 3})),
+    LookbackPlan.of(LOOP_ROWS2.model_copy(update={"stages": 4}), window=3),
 ], ids=["loop", "loop-aggregates-every-3", "loop-chained", "loop-chained-window-2",
         "loop-sub2-aggregates-every-2", "loop-rows2", "loop-rows2-aggregates-every-3",
-        "loop-rows2-chained"])
+        "loop-rows2-chained", "loop-staged-3", "loop-rows2-staged-4-aggregates-every-3"])
 def test_loop_inner(plan):
     # as test_many_chunks_ragged_L_and_mode_tiles, rows walked: L = 70 (5 chunks of 16, 3 of
     # 32 with sub 2, the last ragged: 6 rows, and L = 45, 37 below: an odd last chunk for

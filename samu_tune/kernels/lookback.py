@@ -274,7 +274,7 @@ def lookback_scan(
     DECOUPLED: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, SUB: tl.constexpr,
     LOOP: tl.constexpr, M_ALIGN: tl.constexpr = 1, FUSED: tl.constexpr = False,
     SAVE_H: tl.constexpr = False, ROWS: tl.constexpr = 1, WIDTH: tl.constexpr = 1,
-    REBASE: tl.constexpr = True,
+    REBASE: tl.constexpr = True, STAGES: tl.constexpr = 1,
 ):
     """Grid: (B * n_mtiles * n_chunks,); the program id is ignored in favour of the ticket.
 
@@ -304,6 +304,10 @@ def lookback_scan(
     WIDTH: predecessors read per look-back poll (:func:`_look_back`; 1 in chained mode).
     REBASE (LOOP only): the walks index from pointers rebased at the chunk's first token
     (:func:`~samu_tune.kernels.chunk_walk._chunk_base`), else by token.
+    STAGES (LOOP only): 1, the walks load the next step into registers while this one
+    computes (PREFETCH); N > 1, Triton's software pipeliner stages the next N - 1 steps'
+    loads in shared memory (cp.async on sm_80+): more bytes in flight per program without
+    registers to hold them.
     """
     if M_ALIGN > 1:
         M = M // M_ALIGN * M_ALIGN
@@ -340,8 +344,8 @@ def lookback_scan(
     if LOOP:
         agg_pr, agg_pi, agg_qr, agg_qi = walk_summary(
             ctl_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, c, L, M, lane, lane_ok, nu,
-            cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK * SUB, BLOCK_M, 1, TABLE=True,
-            PREFETCH=True, FUSED=FUSED, gamma=gamma, h_r_ptr=y_r_ptr, h_i_ptr=y_i_ptr,
+            cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK * SUB, BLOCK_M, STAGES, TABLE=True,
+            PREFETCH=STAGES == 1, FUSED=FUSED, gamma=gamma, h_r_ptr=y_r_ptr, h_i_ptr=y_i_ptr,
             ROWS=ROWS, REBASE=REBASE)
     elif SUB == 1:
         pr, pi, qr, qi, t, valid, tok, off, mask = _tile_maps(
@@ -424,8 +428,8 @@ def lookback_scan(
             ctl_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, walk_r_ptr, walk_i_ptr, y_r_ptr,
             y_i_ptr, h0_r_ptr, h0_i_ptr, gh0_r_ptr, gh0_i_ptr, p_eta_ptr, p_delta_ptr, carry_r,
             carry_i, b, row_base, c, L, M, n_mtiles, mt, lane, lane_ok, nu, cos_theta, sin_theta,
-            HAS_RESETS, HAS_H0, REVERSE, False, CHUNK * SUB, BLOCK_M, 1, TABLE=True,
-            PREFETCH=True, FUSED=FUSED, gamma=gamma, SAVE_H=SAVE_H, xw_ptr=xw_ptr,
+            HAS_RESETS, HAS_H0, REVERSE, False, CHUNK * SUB, BLOCK_M, STAGES, TABLE=True,
+            PREFETCH=STAGES == 1, FUSED=FUSED, gamma=gamma, SAVE_H=SAVE_H, xw_ptr=xw_ptr,
             ROWS=ROWS, REBASE=REBASE)                                          # [BLOCK_M] each
         theta_part = delta_part * theta
     elif SUB == 1:

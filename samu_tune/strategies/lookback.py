@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .. import intmath
 from ..kernels import chunk_walk, complex_math, controls, lookback as lookback_kernels, tile
-from ..problem import ScanProblem
+from ..problem import TORCH_DTYPES, ScanProblem
 from ..registry import Capability, Strategy, register
 from ..tensors import ScanInputs, ScanOutput
 from . import _alloc, _grads, controller
@@ -75,6 +75,14 @@ _LOOP_ROWS2_MAX_CHUNK = 64
 _MAX_WIDTH_LANES = 16
 _WIDTH_BELOW = {8: 1, 16: 8}
 
+# software-pipeline stages of the loop walks (``stages`` > 1): Triton's pipeliner copies the
+# next stages - 1 steps' rows and controls into shared memory with cp.async (checked in the
+# PTX of Triton 3.6: every row and control load of both walks, forward and backward), so a
+# program has stages - 1 steps in flight without registers to hold them.  The staged bytes
+# per program (stages x rows x the row arrays of a step) stay under _MAX_STAGED_BYTES so that
+# shared memory leaves room for several programs per SM.
+_MAX_STAGED_BYTES = 48 * 1024
+
 
 class LookbackConfig(BaseModel):
     """Launch choices of the look-back scan.
@@ -92,7 +100,10 @@ class LookbackConfig(BaseModel):
     the loop-inner walks, their loads issued together (2: twice the bytes in flight per
     program, for 1.3-1.9x the registers: see ``_LOOP_ROWS2_LANES``).  ``lookback_width``
     (decoupled only): predecessors read per look-back poll (one vector status atomic, their
-    payloads in one round trip: see ``_MAX_WIDTH_LANES``).
+    payloads in one round trip: see ``_MAX_WIDTH_LANES``).  ``stages`` (loop only): 1, each
+    walk step loads the next step's rows into registers; N > 1, the next N - 1 steps' rows
+    are staged in shared memory by Triton's software pipeliner (cp.async), more bytes in
+    flight per program at no register cost (see ``_MAX_STAGED_BYTES``).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -106,11 +117,23 @@ class LookbackConfig(BaseModel):
     inner: Literal["tile", "loop"] = "tile"
     rows: Literal[1, 2] = 1
     lookback_width: Literal[1, 8, 16] = 1     # predecessors per look-back poll (decoupled)
+    stages: Literal[1, 2, 3, 4, 6, 8] = 1     # loop walks: software-pipeline depth
 
 
 def lanes_per_thread(cfg) -> int:
     """Modes of a [block_m] row vector each thread holds (loop-inner: per row)."""
     return cfg.block_m // (32 * cfg.num_warps)
+
+
+def staged_bytes(problem: ScanProblem, cfg: LookbackConfig) -> int:
+    """Shared memory the software pipeline of a loop config stages per program (0 at
+    stages 1): stages steps of ``rows`` rows of the walk's [block_m] arrays (x; backward also
+    the saved h) in the data dtype."""
+    if cfg.stages == 1:
+        return 0
+    arrays = 4 if problem.backward else 2
+    itemsize = TORCH_DTYPES[problem.dtype].itemsize
+    return cfg.stages * cfg.rows * arrays * cfg.block_m * itemsize
 
 
 def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
@@ -136,8 +159,10 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
             return False
         if cfg.lookback == "chained" and not problem.deterministic:
             return False
+        if staged_bytes(problem, cfg) > _MAX_STAGED_BYTES:
+            return False
     else:
-        if cfg.rows != 1:
+        if cfg.rows != 1 or cfg.stages != 1:
             return False
         tile_elems = cfg.chunk * cfg.block_m
         if (cfg.block_m > _MAX_TILE_BLOCK_M or tile_elems > _MAX_TILE
@@ -229,13 +254,14 @@ class LookbackPlan:
     loop: bool = False
     rows: int = 1
     width: int = 1
+    stages: int = 1
 
     @classmethod
     def of(cls, cfg: LookbackConfig, window: Optional[int] = None) -> "LookbackPlan":
         decoupled = cfg.lookback == "decoupled"
         return cls(cfg.chunk, cfg.block_m, cfg.num_warps, decoupled,
                    cfg.window if window is None else window, cfg.sub, cfg.inner == "loop",
-                   cfg.rows, cfg.lookback_width if decoupled else 1)
+                   cfg.rows, cfg.lookback_width if decoupled else 1, cfg.stages)
 
     def rebase(self, reverse: bool) -> bool:
         """Whether the loop walks index from pointers rebased at each chunk's first token
@@ -298,7 +324,8 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
         HAS_RESETS=seg is not None, HAS_H0=h0[0] is not None, REVERSE=reverse,
         DECOUPLED=plan.decoupled, CHUNK=plan.chunk, BLOCK_M=plan.block_m, SUB=plan.sub,
         LOOP=plan.loop, M_ALIGN=m_align(plan, M), FUSED=gamma is not None, SAVE_H=save_h,
-        ROWS=plan.rows, WIDTH=plan.width, REBASE=plan.rebase(reverse), num_warps=plan.num_warps,
+        ROWS=plan.rows, WIDTH=plan.width, REBASE=plan.rebase(reverse),
+        STAGES=plan.stages, num_warps=plan.num_warps,
         **LAUNCH_OPTIONS)
 
 
