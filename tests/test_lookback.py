@@ -188,8 +188,17 @@ def test_loop_inner_gradient_through_the_final_state_only_and_tiles_agree(loop_c
 def test_loop_inner_config_space():
     strat = registry.get("lookback")
     big = strat.configs(_problem(8, 8192, 1024))
-    loops = [c for c in big if c.inner == "loop" and c.lookback_width == 1]
+    loops = [c for c in big if c.inner == "loop" and c.lookback_width == 1 and c.stages == 1]
     assert 10 <= len(loops) <= 26, len(loops)
+    # software-pipelined walks: 64+-step chunks at 2-4 lanes per thread, within the staged
+    # shared-memory budget; never for the tile scan
+    staged = [c for c in big if c.stages > 1]
+    assert staged and all(c.inner == "loop" and c.chunk >= lb._STAGED_MIN_CHUNK
+                          and lb.lanes_per_thread(c) <= lb._STAGED_MAX_LANES
+                          and lb.staged_bytes(_problem(8, 8192, 1024), c)
+                          <= lb._MAX_STAGED_BYTES for c in staged)
+    assert {c.stages for c in staged} == {4, 6}
+    assert not any(c.stages > 1 for c in strat.configs(_problem(8, 8192, 32)))
     assert all(c.sub == 1 and c.lookback == "decoupled" and c.window == 1 for c in loops)
     two = [c for c in loops if c.rows == 2]
     assert two and all(c.block_m // (32 * c.num_warps) in lb._LOOP_ROWS2_LANES
@@ -460,8 +469,10 @@ def _cuda_inputs(problem, seed, reset_rate=0.002):
     LookbackConfig(chunk=32, block_m=32, num_warps=4, lookback_width=16, sub=4),
     LookbackConfig(chunk=32, block_m=64, num_warps=2, inner="loop", lookback_width=8),
     LookbackConfig(chunk=32, block_m=256, num_warps=4, inner="loop", lookback_width=8),
+    LookbackConfig(chunk=64, block_m=256, num_warps=2, inner="loop", rows=2, stages=4),
+    LookbackConfig(chunk=64, block_m=128, num_warps=2, inner="loop", stages=6),
 ], ids=lambda c: f"{c.lookback}{c.window}-c{c.chunk}x{c.sub}-m{c.block_m}-w{c.num_warps}"
-                 f"-{c.inner}-r{c.rows}-lw{c.lookback_width}")
+                 f"-{c.inner}-r{c.rows}-lw{c.lookback_width}-p{c.stages}")
 def test_gpu_race_stress(cfg):
     """Thousands of chunks, repeated: every run close to serial (forward and backward), chained
     runs bitwise identical.  A lost or reordered publication reads an unwritten payload
