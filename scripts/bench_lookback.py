@@ -67,8 +67,9 @@ def parse_config(spec: str) -> LookbackConfig:
                           lookback_width=int(width or 1), stages=int(stages or 1))
 
 
-def kernel_ms(step, fn, n: int = 10) -> float:
-    """GPU time of one step: the kernels' device times summed (profiler), per step."""
+def kernel_ms(step, fn, n: int = 10) -> tuple[float, dict]:
+    """GPU time of one step: the kernels' device times summed (profiler), per step; and per
+    kernel name, its launches and microseconds per step."""
     from torch.profiler import ProfilerActivity, profile
     inputs = [step.next_inputs() for _ in range(n)]
     torch.cuda.synchronize()
@@ -76,9 +77,9 @@ def kernel_ms(step, fn, n: int = 10) -> float:
         for i in inputs:
             step(fn, i)
         torch.cuda.synchronize()
-    total_us = sum(e.device_time_total for e in prof.key_averages()
-                   if e.device_type.name == "CUDA")
-    return total_us / n / 1e3
+    kernels = {e.key: (e.count / n, e.device_time_total / n) for e in prof.key_averages()
+               if e.device_type.name == "CUDA"}
+    return sum(us for _, us in kernels.values()) / 1e3, kernels
 
 
 def _outputs_and_grads(fn, inputs, upstream):
@@ -101,8 +102,9 @@ def check(strat, cfg, reference, inputs, upstream) -> str | None:
     return "; ".join(bad) or None
 
 
-def time_mode(strat, cfg, problem, backward: bool) -> tuple[float, float, float]:
-    """(first-call seconds, median ms of event samples, kernel ms)."""
+def time_mode(strat, cfg, problem, backward: bool) -> tuple[float, float, float, dict]:
+    """(first-call seconds, median ms of event samples, kernel ms, per kernel: launches and
+    microseconds per step)."""
     p = problem.model_copy(update={"backward": backward})
     step = timing.Step(p, "cuda", pool=2)
     fn = lambda i: strat.run(i, cfg)  # noqa: E731
@@ -112,7 +114,7 @@ def time_mode(strat, cfg, problem, backward: bool) -> tuple[float, float, float]
     first = time.perf_counter() - t0
     est = timing.median(timing.sample(step, fn, 3))
     n = timing.reps_for(est, device=torch.device("cuda"), target_ms=300, lo=5, hi=50)
-    return first, timing.median(timing.sample(step, fn, n)), kernel_ms(step, fn)
+    return (first, timing.median(timing.sample(step, fn, n))) + kernel_ms(step, fn)
 
 
 def main() -> None:
@@ -123,6 +125,8 @@ def main() -> None:
     ap.add_argument("--configs", default="", help="comma list of config specs (see parse_config)")
     ap.add_argument("--warm", type=int, default=0, help="compile in this many processes first")
     ap.add_argument("--no-serial", action="store_true", help="skip timing the serial strategy")
+    ap.add_argument("--kernels", action="store_true",
+                    help="print each config's kernels: microseconds and launches per step")
     args = ap.parse_args()
     chosen = [parse_config(s) for s in args.configs.split(",") if s] or CONFIGS
     if args.warm:
@@ -154,10 +158,10 @@ def main() -> None:
             row = dict(shape=[B, L, M], strategy=name, config=cfg.model_dump())
             try:
                 row["error"] = check(strat, cfg, reference, inputs, upstream)
-                row["first_fwd_s"], row["fwd_ms"], row["fwd_kernel_ms"] = time_mode(
-                    strat, cfg, problem, False)
-                row["first_train_s"], row["train_ms"], row["train_kernel_ms"] = time_mode(
-                    strat, cfg, problem, True)
+                (row["first_fwd_s"], row["fwd_ms"], row["fwd_kernel_ms"],
+                 row["fwd_kernels"]) = time_mode(strat, cfg, problem, False)
+                (row["first_train_s"], row["train_ms"], row["train_kernel_ms"],
+                 row["train_kernels"]) = time_mode(strat, cfg, problem, True)
                 row["fwd_bw"] = floor_fwd / row["fwd_ms"]
                 row["train_bw"] = floor_train / row["train_ms"]
                 print(f"{name:9s} {str(cfg.model_dump()):75s} fwd {row['fwd_ms']:.3f} ms "
@@ -165,6 +169,11 @@ def main() -> None:
                       f"({100 * row['train_bw']:4.0f}%)  kernels {row['fwd_kernel_ms']:.3f}/"
                       f"{row['train_kernel_ms']:.3f}  first {row['first_fwd_s']:.1f}+"
                       f"{row['first_train_s']:.1f} s  {row['error'] or 'ok'}", flush=True)
+                if args.kernels:
+                    for mode in ("fwd", "train"):
+                        for key, (count, us) in sorted(row[f"{mode}_kernels"].items(),
+                                                       key=lambda kv: -kv[1][1]):
+                            print(f"    {mode:5s} {us:8.1f} us  x{count:g}  {key[:90]}")
             except Exception as exc:  # keep benchmarking the others
                 row["error"] = f"{type(exc).__name__}: {exc}"[:500]
                 print(f"{name:9s} {cfg.model_dump()} FAILED {row['error']}", flush=True)

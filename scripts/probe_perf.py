@@ -56,8 +56,8 @@ def main():
         for strat, cfg in candidates(problem):
             row = dict(shape=[B, L, M], strategy=strat.name, config=cfg.model_dump())
             try:
-                row["first_fwd_s"], row["fwd_ms"] = time_mode(strat, cfg, problem, False)
-                row["first_train_s"], row["train_ms"] = time_mode(strat, cfg, problem, True)
+                row["first_fwd_s"], row["fwd_ms"] = time_mode(strat, cfg, problem, False)[:2]
+                row["first_train_s"], row["train_ms"] = time_mode(strat, cfg, problem, True)[:2]
                 fb = 4 * nbytes / (row["fwd_ms"] * 1e-3) / (bw * 1e12)
                 tb = 10 * nbytes / (row["train_ms"] * 1e-3) / (bw * 1e12)
                 print(f"{strat.name:12s} {str(cfg.model_dump()):110s} fwd {row['fwd_ms']:.3f} "
