@@ -53,7 +53,18 @@ KNOWN_GOOD = {
                  dict(chunk=64, block_m=256, num_warps=2, inner="loop", rows=2),
                  dict(chunk=32, block_m=256, num_warps=4, inner="loop", rows=2),
                  dict(chunk=32, block_m=128, num_warps=2, inner="loop", rows=2),
-                 dict(chunk=64, block_m=32, num_warps=2, lookback_width=8)],
+                 dict(chunk=64, block_m=32, num_warps=2, lookback_width=8),
+                 # software-pipelined walks (s15/lookback*: bench_lookback)
+                 dict(chunk=64, block_m=256, num_warps=2, inner="loop", rows=2, stages=4),
+                 dict(chunk=64, block_m=256, num_warps=2, inner="loop", rows=2, stages=6),
+                 dict(chunk=64, block_m=512, num_warps=4, inner="loop", rows=2, stages=4),
+                 dict(chunk=64, block_m=256, num_warps=2, inner="loop", stages=6),
+                 dict(chunk=128, block_m=256, num_warps=2, inner="loop", stages=4),
+                 dict(chunk=64, block_m=128, num_warps=2, inner="loop", rows=2, stages=6),
+                 dict(chunk=64, block_m=128, num_warps=2, inner="loop", lookback_width=8,
+                      stages=6),
+                 dict(chunk=64, block_m=256, num_warps=4, inner="loop", lookback_width=8,
+                      stages=6)],
 }
 
 

@@ -193,14 +193,24 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
 
 
 def default(problem: ScanProblem) -> LookbackConfig:
-    """The configs measured fastest on the H200 in GPU time (scripts/results/NVIDIA-H200/
-    loop/bench_lookback.json): for M >= 128 the loop-inner scan over 32-step chunks, 512 modes
-    at 4 warps (M >= 512; (8, 8192, 1024): forward 0.40 ms, training 1.10 ms against 0.60 and
-    1.88 ms for the best tile configs), else 256 at 4 or 128 at 2 warps (two lanes per thread;
-    (32, 512, 256) training 0.145 against 0.167 ms, forward equal).  Narrower M: the tile scan,
-    128-step chunks of 32 modes at 4 warps, shrunk to fit small problems.  Under deterministic
-    mode chained, with a window of 8 chunks when there are more."""
+    """The configs measured fastest on the H200 in GPU time (scripts/results/NVIDIA-H200/s15,
+    bench_lookback): for M >= 128 and L >= 64 the software-pipelined loop walk over 64-step
+    chunks at 2 warps, 6 stages: 256 modes (4 lanes per thread) one row per step where
+    M >= 256 ((8, 8192, 1024): forward 0.262 ms, training 0.615 ms against 0.327 and 0.812
+    for the previous default, 32-step chunks of 512 modes unstaged), else 128 modes two rows
+    per step ((2, 65536, 128): 0.128 / 0.302 ms).  Shorter L: 32-step loop chunks of up to
+    512 modes (unstaged: a 32-step walk is mostly pipeline prologue).  Narrower M: the tile
+    scan, 128-step chunks of 32 modes at 4 warps, shrunk to fit small problems.  Under
+    deterministic mode chained, with a window of 8 chunks when there are more."""
     mode = "chained" if problem.deterministic else "decoupled"
+    if problem.M >= 128 and problem.L >= 64:
+        block_m = 256 if problem.M >= 256 else 128
+        cfg = LookbackConfig(chunk=64, block_m=block_m, num_warps=2, inner="loop",
+                             rows=1 if block_m == 256 else 2, stages=6, lookback=mode,
+                             window=8 if mode == "chained" and n_chunks(problem.L, 64) > 8
+                             else 1)
+        if valid(problem, cfg):
+            return cfg
     if problem.M >= 128 and problem.L >= 32:
         block_m = 512 if problem.M >= 512 else 256 if problem.M >= 256 else 128
         cfg = LookbackConfig(chunk=32, block_m=block_m, num_warps=4 if block_m >= 256 else 2,
