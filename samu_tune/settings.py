@@ -25,7 +25,8 @@ class Settings(BaseModel):
         None, description="directory of the winner cache (default: platformdirs user cache)")
     check_finite: bool = Field(
         False, description="also check that the spectrum is finite (one device sync per call)")
-    tune_budget_s: float = Field(60.0, gt=0, description="time budget of one online tuning")
+    tune_budget_s: float = Field(
+        25.0, gt=0, description="time budget of one online tuning (a new shape tunes in < 30 s)")
     verbose: bool = Field(False, description="log dispatch decisions")
     poison: bool = Field(
         False, description="fill fresh output buffers with NaN so unwritten elements show (tests)")
