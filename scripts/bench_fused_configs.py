@@ -8,7 +8,7 @@ rows) and each loop-inner :class:`LookbackConfig` (specs as bench_lookback's
 ``parse_config``: ``64x512x4lr2`` = chunk 64, block_m 512, 4 warps, loop inner, 2 rows per
 step), the fused layer is called as ``samu_tune.layer.fused.forward`` calls it,
 ``lookback.fused_layer(x, dirs, scales, gamma, nu_log, theta_log, cfg)``, with ``cfg`` passed
-straight in: no dispatch and no ``_fused_rows`` cap, so rows-2 configs at 4 lanes per thread
+straight in: no dispatch and no ``_fused_measured`` cap, so rows-2 configs at 4 lanes per thread
 are timed too.  Two modes, GPU time (``bench_scan.time_call``, as bench_layer's ``_bench``):
 
 - ``forward``: under no_grad, the parameter operands (dirs [2, 2M+1], scales [2], gamma [M])
@@ -122,7 +122,7 @@ class Case:
         return fused.config_for(self.x, None, False, "auto", backward)
 
     def scan_pick(self, backward: bool) -> str:
-        """Dispatch's scan decision for the layer's scan problem, before ``_fused_rows``."""
+        """Dispatch's scan decision for the layer's scan problem, before ``_fused_measured``."""
         d = dispatch.choose(self.problem(backward), "auto", device=self.device, allow_tune=False)
         cfg = d.config
         name = spec(cfg) if isinstance(cfg, LookbackConfig) else json.dumps(cfg.model_dump())

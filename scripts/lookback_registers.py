@@ -116,12 +116,11 @@ def main() -> None:
         # elements per thread: of the tile, or of the row vector (loop)
         per_thread = (1 if loop else chunk) * block_m // (32 * warps)
         for reverse in (False, True):
+            regs = registers(reverse, chunk, block_m, warps, sub, loop, stats, rows, width,
+                             stages)
             print(f"{'bwd' if reverse else 'fwd'} {'loop' if loop else 'tile'} chunk={chunk:3d} "
                   f"block_m={block_m:4d} warps={warps} sub={sub:2d} rows={rows} width={width:2d} "
-                  f"stages={stages} "
-                  f"({per_thread:2d}/thread): "
-                  f"{registers(reverse, chunk, block_m, warps, sub, loop, stats, rows, width, stages)}",
-                  flush=True)
+                  f"stages={stages} ({per_thread:2d}/thread): {regs}", flush=True)
 
 
 if __name__ == "__main__":

@@ -412,6 +412,22 @@ def test_fused_layer_walks_one_row_per_step_at_four_lanes():
     assert fused_mod.config_for_problem(problem, ("lookback", two)) == LookbackConfig(**two)
 
 
+def test_fused_layer_runs_the_measured_unstaged_walk():
+    # a staged scan decision (software-pipeline stages, not yet timed fused on a GPU) and the
+    # staged look-back default both reach the fused layer as the register-prefetch walk
+    from samu_tune.layer import fused as fused_mod
+    from samu_tune.problem import ScanProblem
+    from samu_tune.strategies import lookback as lb
+    problem = ScanProblem(B=2, L=256, M=512, dtype="bfloat16", device="cpu", final_state=True)
+    staged = {"chunk": 64, "block_m": 256, "num_warps": 4, "inner": "loop", "rows": 2,
+              "stages": 6}
+    assert fused_mod.config_for_problem(problem, ("lookback", staged)) == \
+        lb.LookbackConfig(**{**staged, "stages": 1})
+    assert lb.default(problem).stages > 1
+    assert fused_mod._loop_config(problem).stages > 1
+    assert fused_mod.config_for_problem(problem, "lookback").stages == 1
+
+
 def test_fused_no_grad_operands_cached_until_a_parameter_changes():
     # inference: the fused layer's parameter operands (unit directions, amplitude scales,
     # gamma) are computed once per parameter version, with the same values as per call

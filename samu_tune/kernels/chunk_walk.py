@@ -21,7 +21,11 @@ ROWS = 2 walks two rows per loop step, the loads of both issued together (two ro
 per program).  Not a deeper prefetch: in the sm_90 SASS the loop-carried registers are
 copied from the freshly loaded ones at the loop's back edge (or the next step's top), and a
 copy waits for its load, so loads issued more than one step ahead would be waited for after
-one step anyway.
+one step anyway.  Deeper is shared memory's job: with PREFETCH off and NUM_STAGES N > 1
+(the look-back's ``stages`` config), Triton's pipeliner stages the next N - 1 steps' row and
+control loads in shared memory through cp.async (Triton 3.6 PTX: all of them, ROWS 1 and 2,
+both walks); each stage costs registers (ptxas sm_90, forward, 4 lanes, two rows: 119
+unstaged, 124 / 146 / 167 at 2 / 4 / 6 stages).
 
 Addressing: the walks rebase their pointers at the chunk's first token once
 (:func:`_chunk_base`) and index steps by int32 distance (:func:`_dist`), or with REBASE off

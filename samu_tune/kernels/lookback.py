@@ -45,9 +45,12 @@ the next row's loads cannot be hoisted over).  Both walks are the chunk family's
 (:mod:`samu_tune.kernels.chunk_walk`, same per-row contract as the tile replay: grad b, control
 partials per (token, mode tile), spectrum partials per lane, grad h0 in the chunk holding
 t = 0).  A thread holds a few [BLOCK_M / threads]-vectors whatever the chunk length: few
-registers, high occupancy; each row's dependent chain is two complex FMAs per lane.  The
-walks are not software-pipelined (NUM_STAGES 1): Triton 3.6 pipelines only the 4-byte
-control loads through shared memory there, and routes the replay's stores through it.
+registers, high occupancy; each row's dependent chain is two complex FMAs per lane.  STAGES
+1: each walk step loads the next step's rows into registers (PREFETCH); STAGES N > 1: the
+walks' loop runs under Triton's software pipeliner with N stages, which stages the next
+N - 1 steps' rows and controls in shared memory with cp.async (PTX of Triton 3.6: every row
+and control load of both walks), more bytes in flight per program than registers could hold (H200: (8, 8192, 1024) forward
+0.277 -> 0.246 ms at 64x256x2 rows 2, scripts/results/NVIDIA-H200/s15).
 
 Backward (REVERSE=True), time walked from L-1 down (``tile_times``):
 g[t] = conj(A[t+1]) g[t+1] + dout[t], init = d final state; grad b = g;
@@ -344,9 +347,9 @@ def lookback_scan(
     if LOOP:
         agg_pr, agg_pi, agg_qr, agg_qi = walk_summary(
             ctl_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, c, L, M, lane, lane_ok, nu,
-            cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK * SUB, BLOCK_M, STAGES, TABLE=True,
-            PREFETCH=STAGES == 1, FUSED=FUSED, gamma=gamma, h_r_ptr=y_r_ptr, h_i_ptr=y_i_ptr,
-            ROWS=ROWS, REBASE=REBASE)
+            cos_theta, sin_theta, HAS_RESETS, REVERSE, CHUNK * SUB, BLOCK_M, STAGES,
+            TABLE=True, PREFETCH=STAGES == 1, FUSED=FUSED, gamma=gamma, h_r_ptr=y_r_ptr,
+            h_i_ptr=y_i_ptr, ROWS=ROWS, REBASE=REBASE)
     elif SUB == 1:
         pr, pi, qr, qi, t, valid, tok, off, mask = _tile_maps(
             eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row_base, c * CHUNK, L, M, lane,

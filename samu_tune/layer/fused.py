@@ -79,7 +79,7 @@ def config_for_problem(problem: ScanProblem, scan_strategy="auto",
 
 def _loop_choice(decide, problem) -> Optional[BaseModel]:
     """The scan's dispatch decision (``decide()``) when it is a loop-inner look-back config,
-    else :func:`_loop_config` of ``problem()``; either through :func:`_fused_rows`."""
+    else :func:`_loop_config` of ``problem()``; either through :func:`_fused_measured`."""
     cfg = None
     try:
         decision = decide()
@@ -88,18 +88,24 @@ def _loop_choice(decide, problem) -> Optional[BaseModel]:
     except Exception:  # dispatch cannot decide (e.g. nothing eligible): the default below
         pass
     cfg = cfg or _loop_config(problem())
-    return None if cfg is None else _fused_rows(cfg)
+    return None if cfg is None else _fused_measured(cfg)
 
 
 @functools.lru_cache(maxsize=256)
-def _fused_rows(cfg: BaseModel) -> BaseModel:
-    """``cfg`` with one row per walk step when it walks two at more than 2 lanes per thread:
-    the fused backward then needs 182 registers (ptxas sm_90, Triton 3.6: 114 at one row;
-    scripts/results/cpu-ptxas/lookback_loop_rows_sm90.txt), never timed on a GPU, while the
-    one-row fused layer is the measured one (scripts/results/NVIDIA-H200/s13b/layer)."""
+def _fused_measured(cfg: BaseModel) -> BaseModel:
+    """``cfg`` within what the fused layer was measured at on a GPU: one row per walk step when
+    it walks two at more than 2 lanes per thread (the fused backward then needs 182 registers,
+    ptxas sm_90, Triton 3.6: 114 at one row; scripts/results/cpu-ptxas/
+    lookback_loop_rows_sm90.txt), and the register prefetch instead of software-pipeline
+    stages (the staged fused layer is checked on the interpreter, compiled for sm_90 by
+    scripts/compile_check.py, but not yet timed on a GPU).  The one-row unstaged fused layer
+    is the measured one (scripts/results/NVIDIA-H200/s13b/layer, s14b/fused)."""
+    update = {}
     if cfg.rows > 1 and lookback.lanes_per_thread(cfg) > 2:
-        return cfg.model_copy(update={"rows": 1})
-    return cfg
+        update["rows"] = 1
+    if cfg.stages > 1:
+        update["stages"] = 1
+    return cfg.model_copy(update=update) if update else cfg
 
 
 @functools.lru_cache(maxsize=512)
