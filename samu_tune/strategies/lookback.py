@@ -110,8 +110,9 @@ class LookbackConfig(BaseModel):
     (decoupled only): predecessors read per look-back poll (one vector status atomic, their
     payloads in one round trip: see ``_MAX_WIDTH_LANES``).  ``stages`` (loop only): 1, each
     walk step loads the next step's rows into registers; N > 1, the next N - 1 steps' rows
-    are staged in shared memory by Triton's software pipeliner (cp.async), more bytes in
-    flight per program at no register cost (see ``_MAX_STAGED_BYTES``).
+    are staged in shared memory by Triton's software pipeliner (cp.async): more bytes in
+    flight per program without registers to hold the rows (the staging itself costs ~10-14
+    registers per stage; see ``_MAX_STAGED_BYTES``).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -151,7 +152,9 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
     look-back (chained only under deterministic mode), so the tuner tries ~10-26 of them per
     problem (times the look-back widths); ``rows`` 2 only for loop configs of look-back width
     1.  A look-back width > 1: decoupled only, within the register budget
-    (``_MAX_WIDTH_LANES``), and only where walks can be longer than a narrower width covers."""
+    (``_MAX_WIDTH_LANES``), and only where walks can be longer than a narrower width covers.
+    ``stages`` > 1: loop configs of 64+-step chunks at <= 4 lanes per thread whose staged
+    rows fit ``_MAX_STAGED_BYTES``."""
     if cfg.block_m > max(16, intmath.next_power_of_2(problem.M)):
         return False
     if cfg.chunk * cfg.sub > max(16, intmath.next_power_of_2(problem.L)):
