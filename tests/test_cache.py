@@ -195,3 +195,17 @@ def test_index_reloads_on_mtime_change_at_most_every_n_seconds(env, monkeypatch)
     monkeypatch.setattr(cache, "RELOAD_CHECK_S", 0.0)
     assert cache.lookup(problem, SIG) is not None
     assert cache.generation(SIG) != gen
+
+
+def test_every_shipped_table_entry_is_served():
+    # the tables in samu_tune/defaults/: each entry's strategy is registered and its config
+    # parses (a config field renamed or a value dropped from a Literal would silently drop
+    # the entry), and its key is the one its problem gives
+    files = sorted(cache.DEFAULTS_DIR.glob("*.json"))
+    assert files
+    for p in files:
+        table = cache._read_any(p)
+        assert table.entries, p
+        for key, entry in table.entries.items():
+            assert entry.key == key
+            assert cache.why_not_served(entry, shipped=True) is None, (p.name, key)
