@@ -6,8 +6,8 @@ returned tuple, an older Triton's missing features) before device time is spent.
 
 Phase 1 (a child process under TRITON_INTERPRET=1): small problems through the public entry
 points (``samu_tune.scan`` with each strategy's default config and, for ``lookback``, loop
-configs with one and two rows and pipeline stages; forward and backward; with and without resets, h0 and final
-state; the fused SAMU layer forward and backward; a decode step), every kernel launch
+configs with one and two rows and pipeline stages; forward and backward; with and without
+resets, h0 and final state; the fused SAMU layer forward and backward; a decode step), every kernel launch
 recorded: its argument types (a tensor's dtype and 16-byte alignment, an int's value where
 Triton specialises it, None) and constexprs.  Phase 2 (this process, no interpreter):
 each distinct launch compiled through Triton's NVIDIA backend to PTX, then ptxas; prints

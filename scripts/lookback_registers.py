@@ -1,13 +1,15 @@
 """Registers and spills of ``lookback_scan`` configs for sm_90, without a GPU.
 
-    python scripts/lookback_registers.py [--stats] [CHUNKxBLOCK_MxWARPS[xSUB][c][l][r2][wN] ...]   (default: the config space)
+    python scripts/lookback_registers.py [--stats] [CHUNKxBLOCK_MxWARPS[xSUB][c][l][r2][wN][pN] ...]
+
+(default: the config space)
 
 ``--stats``: also the PTX's global loads/stores by width, branches and sin/cos ops
 (``PTX_DUMP=DIR`` writes the PTX files there).
 
 Specs as in ``scripts/bench_lookback.py`` (a trailing ``l``: loop-inner, e.g. ``64x512x4l``;
-then ``r2``: two rows per walk step, ``64x512x4lr2``, and ``wN``: look-back width N,
-``32x256x4lw8``).
+then ``r2``: two rows per walk step, ``64x512x4lr2``, ``wN``: look-back width N,
+``32x256x4lw8``, and ``pN``: N software-pipeline stages, ``64x256x2lr2p4``).
 
 Compiles the kernel (bf16 data, resets and h0 on) through Triton's NVIDIA backend to PTX and
 runs the ptxas shipped with Triton on it (``ptxas -v``).  This is how the register budget in
@@ -16,6 +18,7 @@ runs the ptxas shipped with Triton on it (``ptxas -v``).  This is how the regist
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -36,20 +39,17 @@ PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 INTS = ("B", "L", "M", "n_mtiles", "n_chunks", "window")
 
 
-def ptx(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
-        loop: bool = False, dt: str = "bf16", rows: int = 1, width: int = 1,
-        stages: int = 1) -> str:
+def ptx(reverse: bool, plan: LookbackPlan, dt: str = "bf16") -> str:
     fn = K.lookback_scan
     data = {"x_r_ptr", "x_i_ptr", "y_r_ptr", "y_i_ptr", "gx_r_ptr", "gx_i_ptr", "o_ptr", "xw_ptr"}
+    loop = plan.loop
     # FUSED=1 in the environment: the SAMU layer fused (loop configs; forward saves h)
-    flags = dict(HAS_RESETS=True, HAS_H0=True, REVERSE=reverse, DECOUPLED=True, CHUNK=chunk,
-                 BLOCK_M=block_m, SUB=sub, LOOP=loop,
+    flags = dict(HAS_RESETS=True, HAS_H0=True, REVERSE=reverse, DECOUPLED=True,
+                 CHUNK=plan.chunk, BLOCK_M=plan.block_m, SUB=plan.sub, LOOP=loop,
                  M_ALIGN=int(os.environ.get("M_ALIGN", "8" if loop else "1")),
                  FUSED=bool(os.environ.get("FUSED")) and loop,
-                 SAVE_H=bool(os.environ.get("FUSED")) and loop and not reverse, ROWS=rows,
-                 WIDTH=width, REBASE=LookbackPlan(chunk, block_m, num_warps, True, 1, sub, loop,
-                                                  rows, width, stages).rebase(reverse),
-                 STAGES=stages)
+                 SAVE_H=bool(os.environ.get("FUSED")) and loop and not reverse, ROWS=plan.rows,
+                 WIDTH=plan.width, REBASE=plan.rebase(reverse), STAGES=plan.stages)
     sig, const, attrs = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in flags:
@@ -60,7 +60,7 @@ def ptx(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
             sig[name] = (f"*{dt}" if name in data else "*i32" if name in ("sync_ptr", "seg_ptr")
                          else "*fp32")
             attrs[(i,)] = [["tt.divisibility", 16]]
-    return ptx_of(fn, sig, const, attrs, 90, num_warps=num_warps, ptx_version=87)
+    return ptx_of(fn, sig, const, attrs, 90, num_warps=plan.num_warps, ptx_version=87)
 
 
 def ptx_stats(text: str) -> str:
@@ -73,19 +73,17 @@ def ptx_stats(text: str) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
 
 
-def registers(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int = 1,
-              loop: bool = False, stats: bool = False, rows: int = 1, width: int = 1,
-              stages: int = 1) -> str:
+def registers(reverse: bool, plan: LookbackPlan, stats: bool = False) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "k.ptx"
-        text = ptx(reverse, chunk, block_m, num_warps, sub, loop, rows=rows, width=width,
-                   stages=stages)
+        text = ptx(reverse, plan)
         if os.environ.get("PTX_DUMP"):
             out = Path(os.environ["PTX_DUMP"])
             out.mkdir(parents=True, exist_ok=True)
-            (out / f"{'bwd' if reverse else 'fwd'}_{chunk}x{block_m}x{num_warps}x{sub}"
-                   f"{'l' if loop else ''}{f'r{rows}' if rows > 1 else ''}w{width}"
-                   f"{f'p{stages}' if stages > 1 else ''}.ptx").write_text(text)
+            (out / f"{'bwd' if reverse else 'fwd'}_{plan.chunk}x{plan.block_m}x{plan.num_warps}"
+                   f"x{plan.sub}{'l' if plan.loop else ''}"
+                   f"{f'r{plan.rows}' if plan.rows > 1 else ''}w{plan.width}"
+                   f"{f'p{plan.stages}' if plan.stages > 1 else ''}.ptx").write_text(text)
         path.write_text(text)
         res = subprocess.run([str(PTXAS), "-arch=sm_90a", "-v", str(path), "-o",
                               str(Path(tmp) / "k.cubin")], capture_output=True, text=True)
@@ -96,7 +94,7 @@ def registers(reverse: bool, chunk: int, block_m: int, num_warps: int, sub: int 
 
 
 def main() -> None:
-    from samu_tune.strategies.lookback import LookbackConfig, LookbackPlan, valid
+    from samu_tune.strategies.lookback import LookbackConfig, valid
     args = [a for a in sys.argv[1:] if a != "--stats"]
     stats = "--stats" in sys.argv[1:]
     if args:
@@ -109,18 +107,18 @@ def main() -> None:
         configs = [c for c in config_space(LookbackConfig) if valid(big, c)]
     # the kernel's constexprs, each once (look-back mode and window do not change registers;
     # the look-back width does)
-    plans = sorted({(p.loop, p.chunk, p.block_m, p.num_warps, p.sub, p.rows, p.width, p.stages)
-                    for p in map(LookbackPlan.of, configs)})
+    plans = sorted({dataclasses.replace(LookbackPlan.of(c), decoupled=True, window=1)
+                    for c in configs}, key=dataclasses.astuple)
     print(f"triton {triton.__version__}, ptxas {PTXAS}")
-    for loop, chunk, block_m, warps, sub, rows, width, stages in plans:
+    for plan in plans:
         # elements per thread: of the tile, or of the row vector (loop)
-        per_thread = (1 if loop else chunk) * block_m // (32 * warps)
+        per_thread = (1 if plan.loop else plan.chunk) * plan.block_m // (32 * plan.num_warps)
         for reverse in (False, True):
-            regs = registers(reverse, chunk, block_m, warps, sub, loop, stats, rows, width,
-                             stages)
-            print(f"{'bwd' if reverse else 'fwd'} {'loop' if loop else 'tile'} chunk={chunk:3d} "
-                  f"block_m={block_m:4d} warps={warps} sub={sub:2d} rows={rows} width={width:2d} "
-                  f"stages={stages} ({per_thread:2d}/thread): {regs}", flush=True)
+            print(f"{'bwd' if reverse else 'fwd'} {'loop' if plan.loop else 'tile'} "
+                  f"chunk={plan.chunk:3d} block_m={plan.block_m:4d} warps={plan.num_warps} "
+                  f"sub={plan.sub:2d} rows={plan.rows} width={plan.width:2d} "
+                  f"stages={plan.stages} ({per_thread:2d}/thread): "
+                  f"{registers(reverse, plan, stats)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -49,8 +49,9 @@ registers, high occupancy; each row's dependent chain is two complex FMAs per la
 1: each walk step loads the next step's rows into registers (PREFETCH); STAGES N > 1: the
 walks' loop runs under Triton's software pipeliner with N stages, which stages the next
 N - 1 steps' rows and controls in shared memory with cp.async (PTX of Triton 3.6: every row
-and control load of both walks), more bytes in flight per program than registers could hold (H200: (8, 8192, 1024) forward
-0.277 -> 0.246 ms at 64x256x2 rows 2, scripts/results/NVIDIA-H200/s15).
+and control load of both walks), more bytes in flight per program than registers could hold
+(H200: (8, 8192, 1024) forward 0.277 -> 0.246 ms at 64x256x2 rows 2,
+scripts/results/NVIDIA-H200/s15).
 
 Backward (REVERSE=True), time walked from L-1 down (``tile_times``):
 g[t] = conj(A[t+1]) g[t+1] + dout[t], init = d final state; grad b = g;

@@ -97,8 +97,8 @@ def _fused_measured(cfg: BaseModel) -> BaseModel:
     it walks two at more than 2 lanes per thread (the fused backward then needs 182 registers,
     ptxas sm_90, Triton 3.6: 114 at one row; scripts/results/cpu-ptxas/
     lookback_loop_rows_sm90.txt), and the register prefetch instead of software-pipeline
-    stages (the staged fused layer is checked on the interpreter, compiled for sm_90 by
-    scripts/compile_check.py, but not yet timed on a GPU).  The one-row unstaged fused layer
+    stages (the staged fused kernels pass the interpreter tests and compile for sm_90:
+    ``FUSED=1 scripts/lookback_registers.py``; not yet timed on a GPU).  The one-row unstaged fused layer
     is the measured one (scripts/results/NVIDIA-H200/s13b/layer, s14b/fused)."""
     update = {}
     if cfg.rows > 1 and lookback.lanes_per_thread(cfg) > 2:
