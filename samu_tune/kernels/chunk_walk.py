@@ -331,13 +331,18 @@ def _replay_step(sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr, xi, c0, c1, c
                  d, M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i, gamma, y_r_ptr, y_i_ptr,
                  h_r_ptr, h_i_ptr, g_eta_ptr, g_delta_ptr, n_mblocks, mb, xw_ptr,
                  HAS_RESETS: tl.constexpr, REVERSE: tl.constexpr, ATOMIC: tl.constexpr,
-                 TABLE: tl.constexpr, FUSED: tl.constexpr, SAVE_H: tl.constexpr):
+                 TABLE: tl.constexpr, FUSED: tl.constexpr, SAVE_H: tl.constexpr,
+                 STAGED: tl.constexpr = False):
     """One row of the replay at time t (``d``: its index into the pointers as
     :func:`_chunk_base` returns them, :func:`_dist`; g_eta_ptr / g_delta_ptr at its token's first
     partial) from the row's loads (:func:`_row_loads`): the state update, its stores and
     (backward) the row's gradients.  Returns (sr, si, nr, ni,
     acc_nu, acc_delta, acc_gamma), [BLOCK_M] each ((nr, ni): A[t+1] backward, unused forward;
-    h0r, h0i: backward's h[-1])."""
+    h0r, h0i: backward's h[-1]).  STAGED (the walk runs under the software pipeliner): the
+    plain stores address pointer-first, (y + d M) + lane, an expression the row's load
+    offset d M + lane does not share: the pipeliner would otherwise carry that [BLOCK_M]
+    offset from the load's stage to the store's, a vector of registers per stage in flight
+    (ptxas sm_90, forward 64x256x2 two rows: 146 -> 126 registers at 4 stages)."""
     off = d * M + lane
     ar, ai, log_radius = _transition_of(c0, c1, c2, nu, cos_theta, sin_theta, HAS_RESETS, TABLE)
     if REVERSE:
@@ -366,8 +371,13 @@ def _replay_step(sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr, xi, c0, c1, c
                 tl.store(h_r_ptr + off, sr.to(h_r_ptr.dtype.element_ty), mask=mask)
                 tl.store(h_i_ptr + off, si.to(h_i_ptr.dtype.element_ty), mask=mask)
     else:
-        tl.store(y_r_ptr + off, sr.to(y_r_ptr.dtype.element_ty), mask=mask)
-        tl.store(y_i_ptr + off, si.to(y_i_ptr.dtype.element_ty), mask=mask)
+        if STAGED:
+            row_m = d * M
+            tl.store((y_r_ptr + row_m) + lane, sr.to(y_r_ptr.dtype.element_ty), mask=mask)
+            tl.store((y_i_ptr + row_m) + lane, si.to(y_i_ptr.dtype.element_ty), mask=mask)
+        else:
+            tl.store(y_r_ptr + off, sr.to(y_r_ptr.dtype.element_ty), mask=mask)
+            tl.store(y_i_ptr + off, si.to(y_i_ptr.dtype.element_ty), mask=mask)
     if REVERSE:
         # h[t-1] from the saved outputs; h0 or 0 at t = 0
         hr = tl.where(t > 0, hr.to(tl.float32), h0r)
@@ -489,14 +499,15 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
             _dist(t, t0, row, REBASE),
             M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i, gamma, y_r_c, y_i_c, h_r_c, h_i_c,
             g_eta_c, g_delta_c, n_mblocks, mb, xw_c, HAS_RESETS, REVERSE, ATOMIC, TABLE, FUSED,
-            SAVE_H)
+            SAVE_H, NUM_STAGES > 1)
         if ROWS == 2:
             t2 = _time(start, r + 1, L, REVERSE)
             sr, si, nr, ni, acc_nu, acc_delta, acc_gamma = _replay_step(
                 sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr2, xi2, c02, c12, c22, hr2, hi2,
                 t2, _dist(t2, t0, row, REBASE), M, lane, mask, nu, cos_theta, sin_theta, h0r,
                 h0i, gamma, y_r_c, y_i_c, h_r_c, h_i_c, g_eta_c, g_delta_c, n_mblocks, mb, xw_c,
-                HAS_RESETS, REVERSE, ATOMIC, TABLE, FUSED, SAVE_H)
+                HAS_RESETS, REVERSE, ATOMIC, TABLE, FUSED, SAVE_H,
+                NUM_STAGES > 1)
     if ROWS == 2:
         if n % 2 != 0:
             # the odd last row (prefetched into the first slot)
@@ -511,7 +522,8 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
                 sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr, xi, c0, c1, c2, hr, hi, t,
                 _dist(t, t0, row, REBASE), M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i,
                 gamma, y_r_c, y_i_c, h_r_c, h_i_c, g_eta_c, g_delta_c, n_mblocks, mb, xw_c,
-                HAS_RESETS, REVERSE, ATOMIC, TABLE, FUSED, SAVE_H)
+                HAS_RESETS, REVERSE, ATOMIC, TABLE, FUSED, SAVE_H,
+                NUM_STAGES > 1)
     if REVERSE:
         if HAS_H0:
             if start + n == L:
