@@ -59,7 +59,7 @@ def test_recorded_launches_compile(tmp_path, monkeypatch):
         y.float().sum().backward()
     launches = list(seen.values())
     names = {launch["name"] for launch in launches}
-    assert {"lookback_scan", "control_table", "controller_forward",
+    assert {"lookback_scan", "controller_forward",
             "controller_backward"} <= names, names
     path = tmp_path / "launches.json"
     path.write_text(json.dumps(launches))

@@ -9,7 +9,6 @@ from samu_tune.layer import SAMUParams, controller
 from samu_tune.layer.reference import controller_reference
 from samu_tune.settings import settings
 from samu_tune.strategies import controller as kernel_controller
-from samu_tune.strategies import lookback
 from samu_tune.tolerances import TOLERANCES, check
 
 PARAM_NAMES = ("phase_direction", "radial_direction", "phase_amplitude", "radial_amplitude")
@@ -140,8 +139,13 @@ def test_forward_writes_the_scans_control_table(resets):
     if resets:
         seg = (torch.arange(B * L, dtype=torch.int32).reshape(B, L) * 7 % 5)
     c = kernel_controller.forward(x, dirs.detach(), scales.detach(), table=True, seg=seg)
-    want = lookback.control_table(c.eta.view(B, L), c.delta.view(B, L), seg)
-    torch.testing.assert_close(c.table, want, rtol=1e-6, atol=1e-7)
+    # the table's contract (samu_tune.kernels.controls): e^eta, cos delta, sin delta, 0 per
+    # token; (cos, sin) zero where a reset starts a sequence
+    eta, delta = c.eta.view(-1).float(), c.delta.view(-1).float()
+    keep = torch.ones_like(eta) if seg is None else (seg.reshape(-1) != 0).float()
+    want = torch.stack([eta.exp(), delta.cos() * keep, delta.sin() * keep,
+                        torch.zeros_like(eta)], dim=1)
+    torch.testing.assert_close(c.table, want, rtol=1e-6, atol=1e-6)
     if resets:
         assert bool((c.table.view(B, L, -1)[..., 1][seg == 0] == 0).all())
 

@@ -36,7 +36,7 @@ def test_every_launch_states_the_options():
     launches = [(launch["name"], {k: launch["options"].get(k) for k in LAUNCH_OPTIONS})
                 for launch in seen.values()]
     names = {name for name, _ in launches}
-    assert {"lookback_scan", "control_table", "serial_scan", "chunk_summary", "chunk_replay",
+    assert {"lookback_scan", "serial_scan", "chunk_summary", "chunk_replay",
             "linear_serial_scan", "linear_chunk_summary", "linear_chunk_replay",
             "controller_forward", "controller_backward", "samu_decode_step"} <= names, names
     missing = sorted({name for name, opts in launches if opts != LAUNCH_OPTIONS})

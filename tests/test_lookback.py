@@ -263,6 +263,34 @@ def test_gradient_through_the_final_state_only(cfg):
         torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("cfg", [SMALL, LOOP, LOOP_CHAINED], ids=["tile", "loop", "chained"])
+def test_a_second_backward_of_the_graph_gets_fresh_zeroed_buffers(cfg):
+    """The forward zeroes the backward's statuses and (decoupled) its atomic gradient sums:
+    a second backward (retain_graph) must not reuse them as written by the first."""
+    problem = _problem(2, 40, 20, dtype="float32", resets=True, initial_state=True,
+                       final_state=True)
+    inputs = random_inputs(problem, seed=8, reset_rate=0.1)
+    leaves = [t.detach().clone().requires_grad_(True) for t in inputs.differentiable()]
+    eta, delta, nu_log, theta_log, br, bi, h0r, h0i = leaves
+    out = lb.run(inputs.replace(eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
+                                br=br, bi=bi, initial_state=(h0r, h0i)), cfg)
+    loss = (out.real * 1.5 - out.imag).sum() + out.final_state[1].sum()
+    first = torch.autograd.grad(loss, leaves, retain_graph=True)
+    second = torch.autograd.grad(loss, leaves)
+    for a, b in zip(first, second):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    # and both are right: the float64 reference's gradients
+    ref_leaves = [t.detach().double().requires_grad_(True) for t in leaves]
+    r_eta, r_delta, r_nu, r_theta, r_br, r_bi, r_h0r, r_h0i = ref_leaves
+    want_out = scan_reference(r_eta, r_delta, r_nu, r_theta, r_br, r_bi,
+                              initial_state=(r_h0r, r_h0i), segment_pos=inputs.segment_pos,
+                              output_final_state=True)
+    want = torch.autograd.grad((want_out.real * 1.5 - want_out.imag).sum()
+                               + want_out.final_state[1].sum(), ref_leaves)
+    for a, w in zip(second, want):
+        torch.testing.assert_close(a.double(), w, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("dtype,control", [("bfloat16", "float32"), ("float16", "bfloat16"),
                                            ("bfloat16", "bfloat16")])
 def test_half_precision(dtype, control):
@@ -343,15 +371,24 @@ def test_config_space_is_pruned_and_default_is_valid():
     assert strat.priority == 11 and strat.capability.deterministic
 
 
-def test_workspace_counts_sync_buffers_and_partials():
+def test_workspace_counts_sync_buffers_and_gradient_buffers():
     problem = ScanProblem(B=2, L=100, M=40, backward=True)
     cfg = LookbackConfig(chunk=32, block_m=32)
     slots = 2 * 2 * 4                     # B * mode tiles * chunks
-    sync = 4 * (1 + slots) + 4 * slots * 6 * 32
-    assert lb.workspace_bytes(problem, cfg) == sync + 4 * (2 * 2 * 100 * 2 + 2 * 2 * 4 * 40
-                                                           + 2 * 2 * 40)
+    head = 4 * 20                         # ticket + statuses, padded to 16 bytes
+    sync = head + 4 * slots * 6 * 32
     forward = problem.model_copy(update={"backward": False})
     assert lb.workspace_bytes(forward, cfg) == sync
+    # decoupled training: the backward's head, final-state gradient, atomic accumulators
+    assert lb.workspace_bytes(problem, cfg) == sync + head + 4 * (2 * 2 * 40 + 2 * 200 + 2 * 40)
+    # chained: per-program partials instead
+    chained = cfg.model_copy(update={"lookback": "chained"})
+    assert lb.workspace_bytes(problem, chained) == sync + head + 4 * (
+        2 * 2 * 40 + 2 * 2 * 100 * 2 + 2 * 2 * 4 * 40)
+    # loop-inner: plus the control table, 16 bytes a token
+    loop = LookbackConfig(chunk=32, block_m=64, num_warps=2, inner="loop")
+    loop_slots = 2 * 1 * 4
+    assert lb.workspace_bytes(forward, loop) == 4 * 12 + 4 * loop_slots * 6 * 64 + 16 * 200
 
 
 @pytest.mark.parametrize("plan", [

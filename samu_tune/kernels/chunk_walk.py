@@ -327,7 +327,8 @@ def walk_summary(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, row, c, L, M, la
 
 
 @triton.jit
-def _replay_step(sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr, xi, c0, c1, c2, hr, hi, t,
+def _replay_step(sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, tok_eta, tok_delta, hit, xr, xi,
+                 c0, c1, c2, hr, hi, t,
                  d, M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i, gamma, y_r_ptr, y_i_ptr,
                  h_r_ptr, h_i_ptr, g_eta_ptr, g_delta_ptr, n_mblocks, mb, xw_ptr,
                  HAS_RESETS: tl.constexpr, REVERSE: tl.constexpr, ATOMIC: tl.constexpr,
@@ -338,7 +339,11 @@ def _replay_step(sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr, xi, c0, c1, c
     partial) from the row's loads (:func:`_row_loads`): the state update, its stores and
     (backward) the row's gradients.  Returns (sr, si, nr, ni,
     acc_nu, acc_delta, acc_gamma), [BLOCK_M] each ((nr, ni): A[t+1] backward, unused forward;
-    h0r, h0i: backward's h[-1]).  STAGED (the walk runs under the software pipeliner): the
+    h0r, h0i: backward's h[-1]), and (tok_eta, tok_delta) [CHUNK]: ATOMIC, the chunk's
+    per-token control sums with this row's put at ``hit`` ([CHUNK], its row of the chunk),
+    added atomically once after the walk (a scalar atomic per row would wait for its
+    result: Triton broadcasts a scalar atomic's return value through a CTA barrier);
+    otherwise the row's sums are stored as partials and they pass through.  STAGED (the walk runs under the software pipeliner): the
     plain stores address pointer-first, (y + d M) + lane, an expression the row's load
     offset d M + lane does not share: the pipeliner would otherwise carry that [BLOCK_M]
     offset from the load's stage to the store's, a vector of registers per stage in flight
@@ -388,14 +393,14 @@ def _replay_step(sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr, xi, c0, c1, c
         # both sums in one reduction: one round of CTA barriers per step, not two
         s_eta, s_delta = tl.reduce((d_eta, d_delta), 0, _add_pair)
         if ATOMIC:
-            tl.atomic_add(g_eta_ptr + d, s_eta)
-            tl.atomic_add(g_delta_ptr + d, s_delta)
+            tok_eta = tl.where(hit, s_eta, tok_eta)
+            tok_delta = tl.where(hit, s_delta, tok_delta)
         else:
             tl.store(g_eta_ptr + d * n_mblocks + mb, s_eta)
             tl.store(g_delta_ptr + d * n_mblocks + mb, s_delta)
         acc_nu += d_eta
         acc_delta += d_delta
-    return sr, si, nr, ni, acc_nu, acc_delta, acc_gamma
+    return sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, tok_eta, tok_delta
 
 
 @triton.jit
@@ -426,6 +431,9 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
     acc_nu = tl.zeros((BLOCK_M,), tl.float32)
     acc_delta = tl.zeros((BLOCK_M,), tl.float32)
     acc_gamma = tl.zeros((BLOCK_M,), tl.float32)
+    rows = tl.arange(0, CHUNK)                                                   # [CHUNK]
+    tok_eta = tl.zeros((CHUNK,), tl.float32)
+    tok_delta = tl.zeros((CHUNK,), tl.float32)
     if REVERSE:
         nr, ni = _first_map(eta_ptr, delta_ptr, seg_ptr, row, start, L, nu, cos_theta,
                             sin_theta, HAS_RESETS, TABLE)
@@ -494,16 +502,18 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
                 xr2, xi2, c02, c12, c22, hr2, hi2 = _row_loads(
                     eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, ta, t0, row, M, lane, mask,
                     HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE, REBASE)
-        sr, si, nr, ni, acc_nu, acc_delta, acc_gamma = _replay_step(
-            sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr, xi, c0, c1, c2, hr, hi, t,
+        sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, tok_eta, tok_delta = _replay_step(
+            sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, tok_eta, tok_delta, rows == r, xr, xi,
+            c0, c1, c2, hr, hi, t,
             _dist(t, t0, row, REBASE),
             M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i, gamma, y_r_c, y_i_c, h_r_c, h_i_c,
             g_eta_c, g_delta_c, n_mblocks, mb, xw_c, HAS_RESETS, REVERSE, ATOMIC, TABLE, FUSED,
             SAVE_H, NUM_STAGES > 1)
         if ROWS == 2:
             t2 = _time(start, r + 1, L, REVERSE)
-            sr, si, nr, ni, acc_nu, acc_delta, acc_gamma = _replay_step(
-                sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr2, xi2, c02, c12, c22, hr2, hi2,
+            sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, tok_eta, tok_delta = _replay_step(
+                sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, tok_eta, tok_delta, rows == r + 1,
+                xr2, xi2, c02, c12, c22, hr2, hi2,
                 t2, _dist(t2, t0, row, REBASE), M, lane, mask, nu, cos_theta, sin_theta, h0r,
                 h0i, gamma, y_r_c, y_i_c, h_r_c, h_i_c, g_eta_c, g_delta_c, n_mblocks, mb, xw_c,
                 HAS_RESETS, REVERSE, ATOMIC, TABLE, FUSED, SAVE_H,
@@ -518,13 +528,19 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
                 xr, xi, c0, c1, c2, hr, hi = _row_loads(
                     eta_c, delta_c, seg_c, x_r_c, x_i_c, h_r_c, h_i_c, t, t0, row, M, lane, mask,
                     HAS_RESETS, TABLE, REVERSE, FUSED, gamma, REVERSE, REBASE)
-            sr, si, nr, ni, acc_nu, acc_delta, acc_gamma = _replay_step(
-                sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, xr, xi, c0, c1, c2, hr, hi, t,
+            sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, tok_eta, tok_delta = _replay_step(
+                sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, tok_eta, tok_delta, rows == n - 1,
+                xr, xi, c0, c1, c2, hr, hi, t,
                 _dist(t, t0, row, REBASE), M, lane, mask, nu, cos_theta, sin_theta, h0r, h0i,
                 gamma, y_r_c, y_i_c, h_r_c, h_i_c, g_eta_c, g_delta_c, n_mblocks, mb, xw_c,
                 HAS_RESETS, REVERSE, ATOMIC, TABLE, FUSED, SAVE_H,
                 NUM_STAGES > 1)
     if REVERSE:
+        if ATOMIC:
+            # the chunk's per-token control sums, one vector atomic each
+            d_rows = _dist(_time(start, rows, L, REVERSE), t0, row, REBASE)        # [CHUNK]
+            tl.atomic_add(g_eta_c + d_rows, tok_eta, mask=rows < n)
+            tl.atomic_add(g_delta_c + d_rows, tok_delta, mask=rows < n)
         if HAS_H0:
             if start + n == L:
                 # the chunk ends at t = 0: grad h0 = conj(A[0]) g[0]

@@ -56,8 +56,10 @@ scripts/results/NVIDIA-H200/s15).
 Backward (REVERSE=True), time walked from L-1 down (``tile_times``):
 g[t] = conj(A[t+1]) g[t+1] + dout[t], init = d final state; grad b = g;
 dL/dA[t] = g[t] conj(h[t-1]) with h[t-1] read from the saved outputs (h0 or 0 at t = 0);
-grad h0 = conj(A[0]) g[0]; control partials [B, L, n_mtiles], spectrum partials
-[B, n_chunks, M] (fp32), reduced by the caller with torch.
+grad h0 = conj(A[0]) g[0]; the control and spectrum gradients either float-atomically added
+into zeroed [B, L] / [M] sums (ATOMIC: decoupled look-back, no reduction launch after the
+kernel) or stored as partials [B, L, n_mtiles] / [B, n_chunks, M] (fp32) that the caller
+reduces with torch in a fixed order (chained look-back: deterministic).
 
 Memory ordering: payloads are stored by every thread, then a CTA barrier, then one release
 atomic sets the status (the release is cumulative over the writes the barrier ordered before
@@ -71,6 +73,7 @@ import triton.language as tl
 
 from .chunk_walk import walk_replay, walk_summary
 from .complex_math import cmul, cmul_conj
+from .controls import store_rows
 from .tile import load_transition, scan_transition, tile_scan, tile_times, transition_gradients
 
 # payload rows per slot: aggregate (Pr, Pi, Qr, Qi), then inclusive prefix (r, i)
@@ -205,7 +208,8 @@ def _replay(pr, pi, qr, qi, carry_r, carry_i, t, valid, tok, off, mask, eta_ptr,
             seg_ptr, y_r_ptr, y_i_ptr, h0_r_ptr, h0_i_ptr, gx_r_ptr, gx_i_ptr, gh0_r_ptr,
             gh0_i_ptr, p_eta_ptr, p_delta_ptr, row_base, state_off, lane_ok, last_chunk, M, mt,
             n_mtiles, nu, theta, cos_theta, sin_theta, HAS_RESETS: tl.constexpr,
-            HAS_H0: tl.constexpr, REVERSE: tl.constexpr, CHUNK: tl.constexpr):
+            HAS_H0: tl.constexpr, REVERSE: tl.constexpr, CHUNK: tl.constexpr,
+            ATOMIC: tl.constexpr = False):
     """Replay one tile from its carry-in: store the states (forward) or grad b and the
     control partials (reverse).  Returns the carry out ([BLOCK_M] pair: the state after the
     tile's last row; padding rows are the identity) and the tile's spectrum partials
@@ -235,8 +239,12 @@ def _replay(pr, pi, qr, qi, carry_r, carry_i, t, valid, tok, off, mask, eta_ptr,
         d_eta, d_delta = transition_gradients(sr, si, hr, hi, at_r, at_i, log_radius)
         d_eta = tl.where(mask, d_eta, 0.0)
         d_delta = tl.where(mask, d_delta, 0.0)
-        tl.store(p_eta_ptr + tok * n_mtiles + mt, tl.sum(d_eta, axis=1), mask=valid)
-        tl.store(p_delta_ptr + tok * n_mtiles + mt, tl.sum(d_delta, axis=1), mask=valid)
+        if ATOMIC:
+            tl.atomic_add(p_eta_ptr + tok, tl.sum(d_eta, axis=1), mask=valid)
+            tl.atomic_add(p_delta_ptr + tok, tl.sum(d_delta, axis=1), mask=valid)
+        else:
+            tl.store(p_eta_ptr + tok * n_mtiles + mt, tl.sum(d_eta, axis=1), mask=valid)
+            tl.store(p_delta_ptr + tok * n_mtiles + mt, tl.sum(d_delta, axis=1), mask=valid)
         if HAS_H0:
             g0r, g0i = cmul_conj(at_r, at_i, sr, si)
             # per-lane flag: this tile holds t = 0 (a tensor, not a scalar bool: interpreter)
@@ -260,25 +268,27 @@ def lookback_scan(
     eta_ptr, delta_ptr,          # [B, L] controls (f32 / bf16)
     nu_log_ptr, theta_log_ptr,   # [M] spectrum (f32)
     seg_ptr,                     # [B, L] int segment positions (HAS_RESETS)
-    ctl_ptr,                     # LOOP: [B L, 4] f32 control table (kernels.controls)
+    ctl_ptr,                     # LOOP: [B L, 4] f32 control table (kernels.controls;
+                                 #   MAKE_TABLE: written here, forward)
     gamma_ptr,                   # FUSED: [M] f32 write scale of the SAMU layer
     o_ptr,                       # FUSED [B, L, 2M]: fwd layer output (written), rev grad x
     xw_ptr,                      # FUSED rev: the layer input x [B, L, 2M] (read: d gamma)
-    p_gamma_ptr,                 # FUSED rev: partial grad gamma [B, n_chunks, M] f32
+    p_gamma_ptr,                 # FUSED rev: partial grad gamma [B, n_chunks, M] (ATOMIC: [M]) f32
     x_r_ptr, x_i_ptr,            # fwd: br, bi          rev: d out        [B, L, M]
     h0_r_ptr, h0_i_ptr,          # [B, M] initial state (HAS_H0)
     y_r_ptr, y_i_ptr,            # fwd: out (written)   rev: out (read as h[t-1])  [B, L, M]
     end_r_ptr, end_i_ptr,        # fwd: final state (written)  rev: its gradient (read)  [B, M] f32
     gx_r_ptr, gx_i_ptr,          # rev: grad br, bi (written)  [B, L, M]
     gh0_r_ptr, gh0_i_ptr,        # rev: grad h0 (written, HAS_H0)  [B, M] f32
-    p_eta_ptr, p_delta_ptr,      # rev: partial grad eta, delta  [B, L, n_mtiles] f32
-    p_nu_ptr, p_theta_ptr,       # rev: partial grad nu_log, theta_log  [B, n_chunks, M] f32
+    p_eta_ptr, p_delta_ptr,      # rev: partial grad eta, delta  [B, L, n_mtiles] (ATOMIC: [B, L]) f32
+    p_nu_ptr, p_theta_ptr,       # rev: partial grad nu_log, theta_log  [B, n_chunks, M] (ATOMIC: [M]) f32
     B, L, M, n_mtiles, n_chunks, window,
     HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
     DECOUPLED: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, SUB: tl.constexpr,
     LOOP: tl.constexpr, M_ALIGN: tl.constexpr = 1, FUSED: tl.constexpr = False,
     SAVE_H: tl.constexpr = False, ROWS: tl.constexpr = 1, WIDTH: tl.constexpr = 1,
-    REBASE: tl.constexpr = True, STAGES: tl.constexpr = 1,
+    REBASE: tl.constexpr = True, STAGES: tl.constexpr = 1, HAS_END: tl.constexpr = True,
+    ATOMIC: tl.constexpr = False, MAKE_TABLE: tl.constexpr = False,
 ):
     """Grid: (B * n_mtiles * n_chunks,); the program id is ignored in favour of the ticket.
 
@@ -312,6 +322,13 @@ def lookback_scan(
     computes (PREFETCH); N > 1, Triton's software pipeliner stages the next N - 1 steps'
     loads in shared memory (cp.async on sm_80+): more bytes in flight per program without
     registers to hold them.
+    HAS_END (reverse): a final-state gradient is given (else it is zero: end_r_ptr unused).
+    ATOMIC (reverse): the gradients of the controls and the spectrum (and FUSED gamma) are
+    float-atomically added into zeroed [B, L] / [M] buffers instead of stored as partials
+    (no reduction launches after the kernel; the sum order varies from run to run).
+    MAKE_TABLE (LOOP forward): the program first writes its chunk's rows of the control table
+    from eta, delta (every mode tile of the chunk writes the same values), then a CTA barrier
+    makes them visible to its walk: no control-table launch before the scan.
     """
     if M_ALIGN > 1:
         M = M // M_ALIGN * M_ALIGN
@@ -343,6 +360,17 @@ def lookback_scan(
         x_i_ptr = x_r_ptr + M
     else:
         gamma = nu                                                               # unused
+
+    if MAKE_TABLE:
+        t_tab, ok_tab = tile_times(c * (CHUNK * SUB), L, CHUNK * SUB, REVERSE)     # [CHUNK * SUB]
+        tok_tab = row_base + t_tab
+        store_rows(ctl_ptr, seg_ptr, tok_tab, ok_tab,
+                   tl.load(eta_ptr + tok_tab, mask=ok_tab, other=0.0).to(tl.float32),
+                   tl.load(delta_ptr + tok_tab, mask=ok_tab, other=0.0).to(tl.float32),
+                   HAS_RESETS)
+        # the rows just stored are read by other threads of this program (global memory:
+        # a CTA barrier orders them)
+        tl.debug_barrier()
 
     # 1. the chunk's map from a zero carry: (P, Q) composed over its tiles (or rows)
     if LOOP:
@@ -396,8 +424,12 @@ def lookback_scan(
     c_lanes = tl.zeros((BLOCK_M,), tl.int32) + c                                 # [BLOCK_M]
     first = lane_ok & (c_lanes == 0)
     if REVERSE:
-        init_r = tl.load(end_r_ptr + state_off, mask=first, other=0.0).to(tl.float32)
-        init_i = tl.load(end_i_ptr + state_off, mask=first, other=0.0).to(tl.float32)
+        if HAS_END:
+            init_r = tl.load(end_r_ptr + state_off, mask=first, other=0.0).to(tl.float32)
+            init_i = tl.load(end_i_ptr + state_off, mask=first, other=0.0).to(tl.float32)
+        else:
+            init_r = tl.zeros((BLOCK_M,), tl.float32)
+            init_i = tl.zeros((BLOCK_M,), tl.float32)
     else:
         if HAS_H0:
             init_r = tl.load(h0_r_ptr + state_off, mask=first, other=0.0).to(tl.float32)
@@ -432,7 +464,7 @@ def lookback_scan(
             ctl_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, walk_r_ptr, walk_i_ptr, y_r_ptr,
             y_i_ptr, h0_r_ptr, h0_i_ptr, gh0_r_ptr, gh0_i_ptr, p_eta_ptr, p_delta_ptr, carry_r,
             carry_i, b, row_base, c, L, M, n_mtiles, mt, lane, lane_ok, nu, cos_theta, sin_theta,
-            HAS_RESETS, HAS_H0, REVERSE, False, CHUNK * SUB, BLOCK_M, STAGES, TABLE=True,
+            HAS_RESETS, HAS_H0, REVERSE, ATOMIC, CHUNK * SUB, BLOCK_M, STAGES, TABLE=True,
             PREFETCH=STAGES == 1, FUSED=FUSED, gamma=gamma, SAVE_H=SAVE_H, xw_ptr=xw_ptr,
             ROWS=ROWS, REBASE=REBASE)                                          # [BLOCK_M] each
         theta_part = delta_part * theta
@@ -441,7 +473,8 @@ def lookback_scan(
             pr, pi, qr, qi, carry_r, carry_i, t, valid, tok, off, mask, eta_ptr, delta_ptr,
             seg_ptr, y_r_ptr, y_i_ptr, h0_r_ptr, h0_i_ptr, gx_r_ptr, gx_i_ptr, gh0_r_ptr,
             gh0_i_ptr, p_eta_ptr, p_delta_ptr, row_base, state_off, lane_ok, last_chunk, M, mt,
-            n_mtiles, nu, theta, cos_theta, sin_theta, HAS_RESETS, HAS_H0, REVERSE, CHUNK)
+            n_mtiles, nu, theta, cos_theta, sin_theta, HAS_RESETS, HAS_H0, REVERSE, CHUNK,
+            ATOMIC)
     else:
         nu_part = tl.zeros((BLOCK_M,), tl.float32)
         theta_part = tl.zeros((BLOCK_M,), tl.float32)
@@ -454,15 +487,22 @@ def lookback_scan(
                 delta_ptr, seg_ptr, y_r_ptr, y_i_ptr, h0_r_ptr, h0_i_ptr, gx_r_ptr, gx_i_ptr,
                 gh0_r_ptr, gh0_i_ptr, p_eta_ptr, p_delta_ptr, row_base, state_off, lane_ok,
                 last_chunk, M, mt, n_mtiles, nu, theta, cos_theta, sin_theta, HAS_RESETS,
-                HAS_H0, REVERSE, CHUNK)
+                HAS_H0, REVERSE, CHUNK, ATOMIC)
             nu_part += dn
             theta_part += dt
     if REVERSE:
-        spec_off = (b64 * n_chunks + c) * M + lane
-        tl.store(p_nu_ptr + spec_off, nu_part, mask=lane_ok)
-        tl.store(p_theta_ptr + spec_off, theta_part, mask=lane_ok)
-        if FUSED:
-            tl.store(p_gamma_ptr + spec_off, gamma_part, mask=lane_ok)
+        if ATOMIC:
+            spec_off = lane
+            tl.atomic_add(p_nu_ptr + spec_off, nu_part, mask=lane_ok)
+            tl.atomic_add(p_theta_ptr + spec_off, theta_part, mask=lane_ok)
+            if FUSED:
+                tl.atomic_add(p_gamma_ptr + spec_off, gamma_part, mask=lane_ok)
+        else:
+            spec_off = (b64 * n_chunks + c) * M + lane
+            tl.store(p_nu_ptr + spec_off, nu_part, mask=lane_ok)
+            tl.store(p_theta_ptr + spec_off, theta_part, mask=lane_ok)
+            if FUSED:
+                tl.store(p_gamma_ptr + spec_off, gamma_part, mask=lane_ok)
     else:
         tl.store(end_r_ptr + state_off, end_r, mask=lane_ok & last_chunk)
         tl.store(end_i_ptr + state_off, end_i, mask=lane_ok & last_chunk)

@@ -26,6 +26,9 @@ class _NoGradContext:
     def save_for_backward(self, *tensors) -> None:
         pass
 
+    def set_materialize_grads(self, value: bool) -> None:
+        pass
+
 
 def apply(function: type[torch.autograd.Function], *args):
     """``function.apply(*args)`` when a tensor argument needs a gradient, else its forward
@@ -58,14 +61,21 @@ def backward_buffers(d_out_r, d_out_i, d_last_r, d_last_i, shape: tuple[int, int
     Returns ``d_out`` (contiguous, [B, L, M]), ``d_last`` (fp32 contiguous, [B, M]),
     ``grad_b`` (grad br / bi, [B, L, M] in br's / bi's dtype) and ``gh0`` (fp32 [B, M] when
     there is an initial state, else None)."""
-    B, L, M = shape
     d_out = (d_out_r.contiguous(), d_out_i.contiguous())
     d_last = (d_last_r.to(torch.float32).contiguous(), d_last_i.to(torch.float32).contiguous())
+    return (d_out, d_last, *grad_outputs(shape, b_dtypes, has_h0, device))
+
+
+def grad_outputs(shape: tuple[int, int, int], b_dtypes: tuple[torch.dtype, torch.dtype],
+                 has_h0: bool, device: torch.device) -> tuple[Pair, Pair]:
+    """The backward's outputs (uninitialised): ``grad_b`` (grad br / bi, [B, L, M] in br's /
+    bi's dtype) and ``gh0`` (fp32 [B, M] when there is an initial state, else None)."""
+    B, L, M = shape
     grad_b = (_alloc.empty(B, L, M, dtype=b_dtypes[0], device=device),
               _alloc.empty(B, L, M, dtype=b_dtypes[1], device=device))
     gh0 = ((_alloc.empty(B, M, dtype=torch.float32, device=device),
             _alloc.empty(B, M, dtype=torch.float32, device=device)) if has_h0 else (None, None))
-    return d_out, d_last, grad_b, gh0
+    return grad_b, gh0
 
 
 class Stacked(tuple):

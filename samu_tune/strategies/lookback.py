@@ -242,22 +242,51 @@ def n_chunks(L: int, chunk: int) -> int:
     return intmath.cdiv(L, chunk)
 
 
-def _sync_bytes(B: int, L: int, M: int, cfg: LookbackConfig) -> int:
-    """Statuses (int32) and published summaries (fp32) of one launch."""
-    slots = B * n_mode_tiles(M, cfg.block_m) * n_chunks(L, cfg.chunk * cfg.sub)
-    return 4 * (1 + slots) + 4 * slots * lookback_kernels.SLOT_ROWS.value * cfg.block_m
+def _words16(n: int) -> int:
+    """``n`` 4-byte words rounded up to 16 bytes (every view of a workspace stays 16-byte
+    aligned: Triton specialises pointer arguments on it)."""
+    return intmath.cdiv(n, 4) * 4
+
+
+def _slots(B: int, L: int, M: int, cfg) -> int:
+    return B * n_mode_tiles(M, cfg.block_m) * n_chunks(L, cfg.chunk * cfg.sub)
+
+
+def _head_words(B: int, L: int, M: int, cfg) -> int:
+    """A launch's zeroed int32 head: the ticket counter and one status per slot."""
+    return _words16(1 + _slots(B, L, M, cfg))
+
+
+def _carry_words(B: int, L: int, M: int, cfg) -> int:
+    """A launch's published summaries (fp32, written before read: not zeroed)."""
+    return _slots(B, L, M, cfg) * lookback_kernels.SLOT_ROWS.value * cfg.block_m
+
+
+def _grad_words(B: int, L: int, M: int, fused: bool = False) -> tuple[int, int]:
+    """Words of the backward's float-atomic gradient accumulators (zeroed): controls
+    2 x [B, L], spectrum 2 x [M] (3 x [M] with the fused layer's gamma)."""
+    return _words16(B * L), _words16(M) * (3 if fused else 2)
 
 
 def workspace_bytes(problem: ScanProblem, cfg: LookbackConfig) -> int:
-    """Extra device bytes beyond inputs and outputs: per launch the statuses and summaries;
-    when training, also the control partials 2 x [B, L, n_mtiles], spectrum partials
-    2 x [B, n_chunks, M] and a final-state gradient 2 x [B, M], all fp32."""
+    """Extra device bytes beyond inputs and outputs: the statuses and summaries of a launch
+    and, loop-inner, the control table [B L, 4] fp32; when training, the backward's statuses
+    (zeroed with the forward's) and its gradient buffers: decoupled, the atomic accumulators
+    2 x [B, L] + 2 x [M]; chained, the partials 2 x [B, L, n_mtiles] and
+    2 x [B, n_chunks, M]; and a final-state gradient 2 x [B, M], all fp32."""
     B, L, M = problem.B, problem.L, problem.M
-    ws = _sync_bytes(B, L, M, cfg)
+    words = _head_words(B, L, M, cfg) + _carry_words(B, L, M, cfg)
+    if cfg.inner == "loop":
+        words += B * L * controls.TABLE_COLS.value
     if problem.backward:
-        ws += 4 * (2 * B * L * n_mode_tiles(M, cfg.block_m)
-                   + 2 * B * n_chunks(L, cfg.chunk * cfg.sub) * M + 2 * B * M)
-    return ws
+        words += _head_words(B, L, M, cfg) + 2 * B * M
+        if cfg.lookback == "decoupled":
+            ctl, spec = _grad_words(B, L, M)
+            words += 2 * ctl + spec
+        else:
+            words += (2 * B * L * n_mode_tiles(M, cfg.block_m)
+                      + 2 * B * n_chunks(L, cfg.chunk * cfg.sub) * M)
+    return 4 * words
 
 
 @dataclass(frozen=True)
@@ -286,6 +315,14 @@ class LookbackPlan:
                    cfg.window if window is None else window, cfg.sub, cfg.inner == "loop",
                    cfg.rows, cfg.lookback_width if decoupled else 1, cfg.stages)
 
+    @property
+    def atomic(self) -> bool:
+        """Whether the backward float-atomically accumulates the control and spectrum
+        gradients (no reduction launches; the sum order varies from run to run): decoupled
+        look-back, whose results vary in their last bits already.  Chained look-back (the
+        deterministic mode) stores partials that torch reduces in a fixed order."""
+        return self.decoupled
+
     def rebase(self, reverse: bool) -> bool:
         """Whether the loop walks index from pointers rebased at each chunk's first token
         (int32 step offsets: ~25% fewer instructions per element, sm_90 SASS) rather than by
@@ -293,20 +330,6 @@ class LookbackPlan:
         the rebased pointers raise ptxas's registers from 128 to 161-163 (one program fewer
         per SM) and the H200 timed it 5-17% slower (scripts/results/NVIDIA-H200/s14b)."""
         return not (reverse and self.rows == 2 and lanes_per_thread(self) > 2)
-
-
-def control_table(eta: torch.Tensor, delta: torch.Tensor,
-                  seg: Optional[torch.Tensor]) -> torch.Tensor:
-    """The [B L, 4] fp32 per-token controls the loop-inner walk reads
-    (:mod:`samu_tune.kernels.controls`): one tiny launch over the B L tokens."""
-    rows = eta.numel()
-    table = torch.empty(rows, controls.TABLE_COLS.value, dtype=torch.float32,
-                        device=eta.device)
-    block = 1024
-    controls.control_table[(intmath.cdiv(rows, block),)](
-        eta, delta, seg, table, rows, HAS_RESETS=seg is not None, BLOCK=block, num_warps=4,
-        **LAUNCH_OPTIONS)
-    return table
 
 
 def m_align(plan: LookbackPlan, M: int) -> int:
@@ -318,27 +341,27 @@ def m_align(plan: LookbackPlan, M: int) -> int:
 def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, delta, nu_log,
             theta_log, seg, x, h0, y, end, gx=(None, None), gh0=(None, None),
             p_ctl=(None, None), p_spec=(None, None), ctl=None, gamma=None, o=None, xw=None,
-            p_gamma=None, save_h=False) -> None:
-    """One look-back launch; ``ctl``: the loop-inner walk's control table (computed here when
-    the plan loops and none is given).  ``gamma`` given: the SAMU layer fused (see
-    :class:`_FusedLayer`): x = (x or d y [B, L, 2M], None), o the layer output or grad x
-    [B, L, 2M], y the states (written when ``save_h``), xw the layer input and p_gamma the
-    partial d gamma (backward)."""
+            p_gamma=None, save_h=False, sync=None, make_table=False) -> None:
+    """One look-back launch.  ``ctl``: the loop-inner walk's control table [B L, 4] fp32,
+    written by the kernel itself when ``make_table`` (forward).  ``sync``: the launch's zeroed
+    int32 head (:func:`_head_words`; zeroed here when None).  ``end`` (reverse): the
+    final-state gradient pair, or (None, None) for a zero one.  ``p_ctl``, ``p_spec`` (and
+    ``p_gamma``): per-program partials, or zeroed atomic accumulators when ``plan.atomic``.
+    ``gamma`` given: the SAMU layer fused (see :class:`_FusedLayer`): x = (x or d y
+    [B, L, 2M], None), o the layer output or grad x [B, L, 2M], y the states (written when
+    ``save_h``), xw the layer input and p_gamma the d gamma partials (backward)."""
     if plan.window < 1:
         raise ValueError(f"window must be >= 1, got {plan.window}")
+    if plan.loop and ctl is None:
+        raise ValueError("a loop-inner look-back launch needs its control table")
     nmt = n_mode_tiles(M, plan.block_m)
     nch = n_chunks(L, plan.chunk * plan.sub)
     slots = B * nmt * nch
     dev = x[0].device
-    # one allocation per launch: the ticket counter and statuses (zeroed), then the summaries
-    # (fp32, never read before written); the head is padded to 16 bytes for the float view
-    head = intmath.cdiv(1 + slots, 4) * 4
-    work = torch.empty(head + slots * lookback_kernels.SLOT_ROWS.value * plan.block_m,
-                       dtype=torch.int32, device=dev)
-    sync = work[:head].zero_()
-    carry = work[head:].view(torch.float32)
-    if plan.loop and ctl is None:
-        ctl = control_table(eta, delta, seg)
+    # the summaries are fp32, never read before written: no fill
+    carry = torch.empty(_carry_words(B, L, M, plan), dtype=torch.float32, device=dev)
+    if sync is None:
+        sync = torch.zeros(_head_words(B, L, M, plan), dtype=torch.int32, device=dev)
     lookback_kernels.lookback_scan[(slots,)](
         sync, carry, eta, delta, nu_log, theta_log, seg, ctl, gamma, o, xw, p_gamma, x[0], x[1],
         h0[0], h0[1], y[0], y[1], end[0], end[1], gx[0], gx[1], gh0[0], gh0[1], p_ctl[0],
@@ -348,8 +371,99 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
         DECOUPLED=plan.decoupled, CHUNK=plan.chunk, BLOCK_M=plan.block_m, SUB=plan.sub,
         LOOP=plan.loop, M_ALIGN=m_align(plan, M), FUSED=gamma is not None, SAVE_H=save_h,
         ROWS=plan.rows, WIDTH=plan.width, REBASE=plan.rebase(reverse),
-        STAGES=plan.stages, num_warps=plan.num_warps,
-        **LAUNCH_OPTIONS)
+        STAGES=plan.stages, HAS_END=end[0] is not None, ATOMIC=reverse and plan.atomic,
+        MAKE_TABLE=make_table, num_warps=plan.num_warps, **LAUNCH_OPTIONS)
+
+
+@dataclass
+class _Zeroed:
+    """The zeroed buffers of a forward and, when training, of its backward, cut from one
+    allocation (one fill launch for both directions): the forward's head, the backward's
+    head and, under ``plan.atomic``, the backward's gradient accumulators (fp32 views:
+    controls 2 x [B, L], spectrum 2 x [M], and gamma [M] for the fused layer)."""
+
+    fwd_sync: torch.Tensor
+    bwd_sync: Optional[torch.Tensor] = None
+    g_ctl: tuple = (None, None)
+    g_spec: tuple = (None, None)
+    g_gamma: Optional[torch.Tensor] = None
+    used: bool = False
+
+    @classmethod
+    def of(cls, plan: LookbackPlan, B: int, L: int, M: int, device: torch.device,
+           training: bool, fused: bool = False) -> "_Zeroed":
+        head = _head_words(B, L, M, plan)
+        ctl_w, spec_w = _grad_words(B, L, M, fused) if training and plan.atomic else (0, 0)
+        zeroed = torch.zeros(head * (2 if training else 1) + 2 * ctl_w + spec_w,
+                             dtype=torch.int32, device=device)
+        if not training:
+            return cls(zeroed)
+        work = cls(zeroed[:head], zeroed[head:2 * head])
+        if plan.atomic:
+            acc = zeroed[2 * head:].view(torch.float32)
+            m_w = _words16(M)
+            work.g_ctl = (acc[:B * L].view(B, L), acc[ctl_w:ctl_w + B * L].view(B, L))
+            spec = acc[2 * ctl_w:]
+            work.g_spec = (spec[:M], spec[m_w:m_w + M])
+            if fused:
+                work.g_gamma = spec[2 * m_w:2 * m_w + M]
+        return work
+
+    def for_backward(self, plan: LookbackPlan, B: int, L: int, M: int, device: torch.device,
+                     fused: bool = False) -> "_Zeroed":
+        """These buffers for the first backward; fresh zeroed ones for another backward of
+        the same graph (retain_graph: the first one has written statuses and sums)."""
+        work = self if not self.used else _Zeroed.of(plan, B, L, M, device, True, fused)
+        work.used = True
+        return work
+
+
+def _table(plan: LookbackPlan, B: int, L: int, device: torch.device) -> Optional[torch.Tensor]:
+    """The loop-inner walk's control table [B L, 4] fp32, to be written by the forward
+    kernel (MAKE_TABLE); None for the tile path."""
+    if not plan.loop:
+        return None
+    return _alloc.empty(B * L, controls.TABLE_COLS.value, dtype=torch.float32, device=device)
+
+
+def _grad_buffers(plan: LookbackPlan, work: _Zeroed, B: int, L: int, M: int,
+                  device: torch.device, fused: bool = False):
+    """The backward's gradient outputs: the zeroed accumulators of ``work`` (atomic), else
+    per-program partials (controls [B, L, n_mtiles], spectrum and gamma [B, n_chunks, M])."""
+    if plan.atomic:
+        return work.g_ctl, work.g_spec, work.g_gamma
+    nch = n_chunks(L, plan.chunk * plan.sub)
+    p_ctl, p_spec = _grads.partials(B, L, n_mode_tiles(M, plan.block_m), (B, nch, M), device)
+    p_gamma = (torch.empty(B, nch, M, dtype=torch.float32, device=device) if fused else None)
+    return p_ctl, p_spec, p_gamma
+
+
+def _reduced(plan: LookbackPlan, g_ctl, g_spec) -> tuple[torch.Tensor, ...]:
+    """(grad eta, grad delta, grad nu_log, grad theta_log): the accumulators themselves
+    (atomic), else the partials reduced by torch in a fixed order."""
+    if plan.atomic:
+        return (*g_ctl, *g_spec)
+    return _grads.sum_partials(g_ctl, g_spec)
+
+
+def _incoming(d_out_r, d_out_i, d_last_r, d_last_i, like: torch.Tensor):
+    """The incoming gradients with autograd's zero-materialisation off: a missing output
+    gradient (its output unused by the loss) is None.  Returns d out (pair, [B, L, M],
+    zeros where missing: rare, only the final state used) and d last (fp32 pair, or
+    (None, None) when neither half is given: the kernel then starts from zero)."""
+    d_out = tuple(torch.zeros_like(like) if d is None else d.contiguous()
+                  for d in (d_out_r, d_out_i))
+    return d_out, _last_grad(d_last_r, d_last_i)
+
+
+def _last_grad(d_last_r, d_last_i):
+    """The final-state gradient as the kernel reads it: fp32 contiguous pair, or (None, None)
+    when autograd passes none (a half missing alone reads as zeros)."""
+    if d_last_r is None and d_last_i is None:
+        return None, None
+    ref = d_last_r if d_last_r is not None else d_last_i
+    return tuple(torch.zeros_like(ref, dtype=torch.float32) if d is None
+                 else d.to(torch.float32).contiguous() for d in (d_last_r, d_last_i))
 
 
 class _LookbackScan(torch.autograd.Function):
@@ -365,14 +479,19 @@ class _LookbackScan(torch.autograd.Function):
         else:
             out_r, out_i = _alloc.empty_like(br), _alloc.empty_like(bi)
         last_r, last_i = _grads.Stacked.empty(B, M, dtype=torch.float32, device=br.device)
-        # the loop walk's control table, reused by backward (B L x 16 bytes)
-        ctl = control_table(eta, delta, seg) if plan.loop else None
+        training = not isinstance(ctx, _grads._NoGradContext)
+        work = _Zeroed.of(plan, B, L, M, br.device, training)
+        # the loop walk's control table, written by the forward kernel, reused by backward
+        ctl = _table(plan, B, L, br.device)
         _launch(plan, False, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
                 seg=seg, x=(br, bi), h0=(h0_r, h0_i), y=(out_r, out_i), end=(last_r, last_i),
-                ctl=ctl)
+                ctl=ctl, sync=work.fwd_sync, make_table=plan.loop)
         ctx.plan = plan
         ctx.shape = (B, L, M)
         ctx.dtypes = _grads.dtypes(br, bi, h0_r, h0_i)
+        ctx.work = work
+        # an unused output's gradient stays None: no zero-filled buffers for the final state
+        ctx.set_materialize_grads(False)
         ctx.save_for_backward(seg, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i, ctl)
         return out_r, out_i, last_r, last_i
 
@@ -383,17 +502,16 @@ class _LookbackScan(torch.autograd.Function):
         B, L, M = ctx.shape
         dev = out_r.device
         br_dtype, bi_dtype, h0r_dtype, h0i_dtype = ctx.dtypes
-        d_out, d_last, grad_b, gh0 = _grads.backward_buffers(
-            d_out_r, d_out_i, d_last_r, d_last_i, (B, L, M), (br_dtype, bi_dtype),
-            h0_r is not None, dev)
-        nch = n_chunks(L, plan.chunk * plan.sub)
-        p_ctl, p_spec = _grads.partials(B, L, n_mode_tiles(M, plan.block_m), (B, nch, M), dev)
+        d_out, d_last = _incoming(d_out_r, d_out_i, d_last_r, d_last_i, out_r)
+        grad_b, gh0 = _grads.grad_outputs((B, L, M), (br_dtype, bi_dtype), h0_r is not None,
+                                          dev)
+        work = ctx.work.for_backward(plan, B, L, M, dev)
+        g_ctl, g_spec, _ = _grad_buffers(plan, work, B, L, M, dev)
         _launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
                 seg=seg, x=d_out, h0=(h0_r, h0_i), y=(out_r, out_i), end=d_last, gx=grad_b,
-                gh0=gh0, p_ctl=p_ctl, p_spec=p_spec, ctl=ctl)
-        # over mode tiles / chunks and batch rows
-        grads = _grads.sum_partials(p_ctl, p_spec)
-        return _grads.input_grads(grads, (eta, delta, nu_log, theta_log), grad_b, gh0,
+                gh0=gh0, p_ctl=g_ctl, p_spec=g_spec, ctl=ctl, sync=work.bwd_sync)
+        return _grads.input_grads(_reduced(plan, g_ctl, g_spec),
+                                  (eta, delta, nu_log, theta_log), grad_b, gh0,
                                   (h0r_dtype, h0i_dtype))
 
 
@@ -454,11 +572,16 @@ class _FusedLayer(torch.autograd.Function):
         save = not isinstance(ctx, _grads._NoGradContext)
         h_r, h_i = (_grads.Stacked.empty(B, L, M, dtype=x.dtype, device=x.device) if save
                     else (None, None))
+        work = _Zeroed.of(plan, B, L, M, x.device, save, fused=True)
         _launch(plan, False, B, L, M, eta=c.eta, delta=c.delta, nu_log=nu_log,
                 theta_log=theta_log, seg=seg, x=(x, None), h0=(h0_r, h0_i), y=(h_r, h_i),
-                end=(last_r, last_i), ctl=c.table, gamma=gamma, o=y, save_h=save)
+                end=(last_r, last_i), ctl=c.table, gamma=gamma, o=y, save_h=save,
+                sync=work.fwd_sync)
         ctx.plan = plan
         ctx.dtypes = _grads.dtypes(h0_r, h0_i)
+        ctx.work = work
+        # an unused output's gradient stays None: no zero-filled buffers for the final state
+        ctx.set_materialize_grads(False)
         ctx.save_for_backward(seg, dirs, scales, c.eta, c.delta, c.s, nu_log, theta_log, x,
                               gamma, h0_r, h0_i, h_r, h_i, c.table)
         return y, last_r, last_i
@@ -471,27 +594,26 @@ class _FusedLayer(torch.autograd.Function):
         B, L, width = x.shape
         M = width // 2
         dev = x.device
-        # autograd materialises an unused output's gradient as zeros: none is None here
-        d_y = d_y.contiguous()
-        d_last = (d_last_r.to(torch.float32).contiguous(),
-                  d_last_i.to(torch.float32).contiguous())
+        # materialisation off: a gradient of an output the loss does not use is None
+        d_y = torch.zeros_like(x) if d_y is None else d_y.contiguous()
+        d_last = _last_grad(d_last_r, d_last_i)
         grad_x = torch.empty_like(x)
         gh0 = (_grads.Stacked.empty(B, M, dtype=torch.float32, device=dev)
                if h0_r is not None else (None, None))
-        nch = n_chunks(L, plan.chunk * plan.sub)
-        p_ctl, p_spec = _grads.partials(B, L, n_mode_tiles(M, plan.block_m), (B, nch, M), dev)
-        p_gamma = torch.empty(B, nch, M, dtype=torch.float32, device=dev)
+        work = ctx.work.for_backward(plan, B, L, M, dev, fused=True)
+        g_ctl, g_spec, g_gamma = _grad_buffers(plan, work, B, L, M, dev, fused=True)
         _launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
                 seg=seg, x=(d_y, None), h0=(h0_r, h0_i), y=(h_r, h_i), end=d_last,
-                gh0=gh0, p_ctl=p_ctl, p_spec=p_spec, ctl=ctl, gamma=gamma, o=grad_x, xw=x,
-                p_gamma=p_gamma)
-        d_eta, d_delta, g_nu, g_theta = _grads.sum_partials(p_ctl, p_spec)
+                gh0=gh0, p_ctl=g_ctl, p_spec=g_spec, ctl=ctl, gamma=gamma, o=grad_x, xw=x,
+                p_gamma=g_gamma, sync=work.bwd_sync)
+        d_eta, d_delta, g_nu, g_theta = _reduced(plan, g_ctl, g_spec)
         # the controller's grad x added into the scan's (grad_x is written in place)
         _, g_dirs, g_scales = controller.backward(x, dirs, scales, s, d_eta.contiguous(),
                                                   d_delta.contiguous(), grad_x)
         return _grads.input_grads((g_dirs, g_scales, g_nu, g_theta),
                                   (dirs, scales, nu_log, theta_log),
-                                  (grad_x, p_gamma.sum(dim=(0, 1))), gh0, ctx.dtypes)
+                                  (grad_x, g_gamma if plan.atomic else g_gamma.sum(dim=(0, 1))),
+                                  gh0, ctx.dtypes)
 
 
 def fused_layer(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, gamma: torch.Tensor,
