@@ -39,8 +39,9 @@ its CHUNK * SUB rows one at a time on [BLOCK_M] vectors with a rolled loop, twic
 summary composes (P, Q) <- (A P, A Q + u) row by row, the replay runs h = A h + u from the
 carry (reverse: the adjoint and its gradients), re-reading the chunk's inputs (from L2 when
 the chunk is short enough) and recomputing A.  A row's controls (e^eta, cos delta, sin delta,
-resets applied) come from a per-token table computed once by :mod:`samu_tune.kernels.controls`:
-no per-thread exp/cos/sin of the token (libdevice trig has a range-reduction loop, a branch
+resets applied) come from a per-token table (:mod:`samu_tune.kernels.controls`) that the
+forward writes for its own chunk first (MAKE_TABLE; the SAMU controller writes it for the
+fused layer) and the backward reads again: no per-thread exp/cos/sin of the token (libdevice trig has a range-reduction loop, a branch
 the next row's loads cannot be hoisted over).  Both walks are the chunk family's
 (:mod:`samu_tune.kernels.chunk_walk`, same per-row contract as the tile replay: grad b, control
 partials per (token, mode tile), spectrum partials per lane, grad h0 in the chunk holding
