@@ -335,19 +335,19 @@ def _replay_step(sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, tok_eta, tok_delt
                  TABLE: tl.constexpr, FUSED: tl.constexpr, SAVE_H: tl.constexpr,
                  STAGED: tl.constexpr = False):
     """One row of the replay at time t (``d``: its index into the pointers as
-    :func:`_chunk_base` returns them, :func:`_dist`; g_eta_ptr / g_delta_ptr at its token's first
-    partial) from the row's loads (:func:`_row_loads`): the state update, its stores and
-    (backward) the row's gradients.  Returns (sr, si, nr, ni,
-    acc_nu, acc_delta, acc_gamma), [BLOCK_M] each ((nr, ni): A[t+1] backward, unused forward;
-    h0r, h0i: backward's h[-1]), and (tok_eta, tok_delta) [CHUNK]: ATOMIC, the chunk's
-    per-token control sums with this row's put at ``hit`` ([CHUNK], its row of the chunk),
-    added atomically once after the walk (a scalar atomic per row would wait for its
-    result: Triton broadcasts a scalar atomic's return value through a CTA barrier);
-    otherwise the row's sums are stored as partials and they pass through.  STAGED (the walk runs under the software pipeliner): the
-    plain stores address pointer-first, (y + d M) + lane, an expression the row's load
-    offset d M + lane does not share: the pipeliner would otherwise carry that [BLOCK_M]
-    offset from the load's stage to the store's, a vector of registers per stage in flight
-    (ptxas sm_90, forward 64x256x2 two rows: 146 -> 126 registers at 4 stages)."""
+    :func:`_chunk_base` returns them, :func:`_dist`; g_eta_ptr / g_delta_ptr at its token's
+    first partial, unused under ATOMIC) from the row's loads (:func:`_row_loads`): the state
+    update, its stores and (backward) the row's gradients.  Returns (sr, si, nr, ni, acc_nu,
+    acc_delta, acc_gamma), [BLOCK_M] each ((nr, ni): A[t+1] backward, unused forward; h0r, h0i:
+    backward's h[-1]), and (tok_eta, tok_delta) [CHUNK]: ATOMIC, the chunk's per-token control
+    sums with this row's put at ``hit`` ([CHUNK], its row of the chunk), added atomically once
+    after the walk (a scalar atomic per row would wait for its result: Triton broadcasts a
+    scalar atomic's return value through a CTA barrier); otherwise the row's sums are stored as
+    partials and they pass through.  STAGED (the walk runs under the software pipeliner): the
+    plain stores address pointer-first, (y + d M) + lane, an expression the row's load offset d
+    M + lane does not share: the pipeliner would otherwise carry that [BLOCK_M] offset from the
+    load's stage to the store's, a vector of registers per stage in flight (ptxas sm_90, forward
+    64x256x2 two rows: 146 -> 126 registers at 4 stages)."""
     off = d * M + lane
     ar, ai, log_radius = _transition_of(c0, c1, c2, nu, cos_theta, sin_theta, HAS_RESETS, TABLE)
     if REVERSE:
@@ -415,16 +415,17 @@ def walk_replay(eta_ptr, delta_ptr, seg_ptr, x_r_ptr, x_i_ptr, y_r_ptr, y_i_ptr,
                 REBASE: tl.constexpr = True):
     """Walk the chunk from the carry-in (sr, si), storing every state into y.
 
-    Backward also stores per-token control gradients (summed over the tile's modes) and grad
-    h0, and returns the chunk's per-mode sums (d nu_log, d delta) as [BLOCK_M] each (the caller
+    Backward also writes per-token control gradients (summed over the tile's modes: stored per
+    row as partials, or ATOMIC added once after the walk into [B, L] sums) and grad h0, and
+    returns the chunk's per-mode sums (d nu_log, d delta) as [BLOCK_M] each (the caller
     multiplies the latter by theta).  Forward returns zeros.  TABLE, PREFETCH, ROWS: as in
     :func:`walk_summary` (the prefetched loads are issued before the step's stores too, which
-    the compiler could not move them above: it cannot tell that y and x do not alias).
-    FUSED, gamma: the SAMU layer fused (see :func:`_row_loads`).  Forward: y is the layer
-    output [B, L, 2M] (y_i_ptr = y_r_ptr + M) receiving relu of the state rounded to y's
-    dtype, and SAVE_H also stores the states into h (training).  Backward: y is grad x
-    [B, L, 2M] receiving g * gamma, and the per-mode sum of g . x (x at ``xw_ptr``, the layer
-    input) is returned third: d gamma (zeros otherwise).
+    the compiler could not move them above: it cannot tell that y and x do not alias). FUSED,
+    gamma: the SAMU layer fused (see :func:`_row_loads`).  Forward: y is the layer output [B, L,
+    2M] (y_i_ptr = y_r_ptr + M) receiving relu of the state rounded to y's dtype, and SAVE_H
+    also stores the states into h (training).  Backward: y is grad x [B, L, 2M] receiving g *
+    gamma, and the per-mode sum of g . x (x at ``xw_ptr``, the layer input) is returned third: d
+    gamma (zeros otherwise).
     """
     start = c * CHUNK
     n = tl.minimum(CHUNK, L - start)

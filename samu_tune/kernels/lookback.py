@@ -35,23 +35,23 @@ Forward (REVERSE=False): h[t] = A[t] h[t-1] + (br + i bi)[t], init = h0 or 0; ou
 last chunk writes the final state (fp32).
 
 LOOP (loop-inner variant): instead of a [CHUNK, BLOCK_M] tile in registers, the program walks
-its CHUNK * SUB rows one at a time on [BLOCK_M] vectors with a rolled loop, twice: the
-summary composes (P, Q) <- (A P, A Q + u) row by row, the replay runs h = A h + u from the
-carry (reverse: the adjoint and its gradients), re-reading the chunk's inputs (from L2 when
-the chunk is short enough) and recomputing A.  A row's controls (e^eta, cos delta, sin delta,
-resets applied) come from a per-token table (:mod:`samu_tune.kernels.controls`) that the
-forward writes for its own chunk first (MAKE_TABLE; the SAMU controller writes it for the
-fused layer) and the backward reads again: no per-thread exp/cos/sin of the token (libdevice trig has a range-reduction loop, a branch
-the next row's loads cannot be hoisted over).  Both walks are the chunk family's
-(:mod:`samu_tune.kernels.chunk_walk`, same per-row contract as the tile replay: grad b, control
-partials per (token, mode tile), spectrum partials per lane, grad h0 in the chunk holding
-t = 0).  A thread holds a few [BLOCK_M / threads]-vectors whatever the chunk length: few
-registers, high occupancy; each row's dependent chain is two complex FMAs per lane.  STAGES
-1: each walk step loads the next step's rows into registers (PREFETCH); STAGES N > 1: the
-walks' loop runs under Triton's software pipeliner with N stages, which stages the next
-N - 1 steps' rows and controls in shared memory with cp.async (PTX of Triton 3.6: every row
-and control load of both walks), more bytes in flight per program than registers could hold
-(H200: (8, 8192, 1024) forward 0.277 -> 0.246 ms at 64x256x2 rows 2,
+its CHUNK * SUB rows one at a time on [BLOCK_M] vectors with a rolled loop, twice: the summary
+composes (P, Q) <- (A P, A Q + u) row by row, the replay runs h = A h + u from the carry
+(reverse: the adjoint and its gradients), re-reading the chunk's inputs (from L2 when the chunk
+is short enough) and recomputing A.  A row's controls (e^eta, cos delta, sin delta, resets
+applied) come from a per-token table (:mod:`samu_tune.kernels.controls`) that the forward writes
+for its own chunk first (MAKE_TABLE; the SAMU controller writes it for the fused layer) and the
+backward reads again: no per-thread exp/cos/sin of the token (libdevice trig has a
+range-reduction loop, a branch the next row's loads cannot be hoisted over).  Both walks are the
+chunk family's (:mod:`samu_tune.kernels.chunk_walk`, same per-row contract as the tile replay:
+grad b, control gradients per token (partials per mode tile, or ATOMIC sums), spectrum gradients
+per lane, grad h0 in the chunk holding t = 0).  A thread holds a few [BLOCK_M / threads]-vectors
+whatever the chunk length: few registers, high occupancy; each row's dependent chain is two
+complex FMAs per lane.  STAGES 1: each walk step loads the next step's rows into registers
+(PREFETCH); STAGES N > 1: the walks' loop runs under Triton's software pipeliner with N stages,
+which stages the next N - 1 steps' rows and controls in shared memory with cp.async (PTX of
+Triton 3.6: every row and control load of both walks), more bytes in flight per program than
+registers could hold (H200: (8, 8192, 1024) forward 0.277 -> 0.246 ms at 64x256x2 rows 2,
 scripts/results/NVIDIA-H200/s15).
 
 Backward (REVERSE=True), time walked from L-1 down (``tile_times``):
@@ -281,8 +281,10 @@ def lookback_scan(
     end_r_ptr, end_i_ptr,        # fwd: final state (written)  rev: its gradient (read)  [B, M] f32
     gx_r_ptr, gx_i_ptr,          # rev: grad br, bi (written)  [B, L, M]
     gh0_r_ptr, gh0_i_ptr,        # rev: grad h0 (written, HAS_H0)  [B, M] f32
-    p_eta_ptr, p_delta_ptr,      # rev: partial grad eta, delta  [B, L, n_mtiles] (ATOMIC: [B, L]) f32
-    p_nu_ptr, p_theta_ptr,       # rev: partial grad nu_log, theta_log  [B, n_chunks, M] (ATOMIC: [M]) f32
+    p_eta_ptr, p_delta_ptr,      # rev: grad eta, delta partials [B, L, n_mtiles] f32
+                                 #   (ATOMIC: sums [B, L], zeroed)
+    p_nu_ptr, p_theta_ptr,       # rev: grad nu_log, theta_log partials [B, n_chunks, M] f32
+                                 #   (ATOMIC: sums [M], zeroed)
     B, L, M, n_mtiles, n_chunks, window,
     HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
     DECOUPLED: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, SUB: tl.constexpr,
@@ -312,7 +314,7 @@ def lookback_scan(
     relu(cat(Re h, Im h)) forward and grad x = g * gamma backward (both [B, L, 2M]); y_r_ptr /
     y_i_ptr are the states h [B, L, M] as in the plain scan: written forward when SAVE_H
     (training), read backward (h[t-1], and the relu mask h[t] > 0); backward also writes the
-    partial d gamma = sum of g . x per (row, chunk, mode).
+    partial d gamma = sum of g . x per (row, chunk, mode) (ATOMIC: adds it into [M]).
 
     ROWS (LOOP only; 1 or 2): rows per step of the walks, their loads issued together (see
     :func:`~samu_tune.kernels.chunk_walk.walk_summary`).

@@ -2,8 +2,8 @@
 
 Each strategy's ``torch.autograd.Function`` takes ``(plan, seg, eta, delta, nu_log,
 theta_log, br, bi, h0_r, h0_i)`` and returns ``(out_r, out_i, last_r, last_i)``; its backward
-runs the reverse scan into the buffers of :func:`backward_buffers` and returns
-:func:`input_grads`.
+runs the reverse scan into the buffers of :func:`backward_buffers` (``lookback``: of
+:func:`grad_outputs`, its incoming gradients may be None) and returns :func:`input_grads`.
 """
 from __future__ import annotations
 

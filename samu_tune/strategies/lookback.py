@@ -273,7 +273,8 @@ def workspace_bytes(problem: ScanProblem, cfg: LookbackConfig) -> int:
     and, loop-inner, the control table [B L, 4] fp32; when training, the backward's statuses
     (zeroed with the forward's) and its gradient buffers: decoupled, the atomic accumulators
     2 x [B, L] + 2 x [M]; chained, the partials 2 x [B, L, n_mtiles] and
-    2 x [B, n_chunks, M]; and a final-state gradient 2 x [B, M], all fp32."""
+    2 x [B, n_chunks, M]; and (an upper bound: only when a conversion needs it) a final-state
+    gradient 2 x [B, M], all fp32.  The fused layer adds a gamma sum [M]."""
     B, L, M = problem.B, problem.L, problem.M
     words = _head_words(B, L, M, cfg) + _carry_words(B, L, M, cfg)
     if cfg.inner == "loop":
