@@ -37,8 +37,11 @@ last chunk writes the final state (fp32).
 LOOP (loop-inner variant): instead of a [CHUNK, BLOCK_M] tile in registers, the program walks
 its CHUNK * SUB rows one at a time on [BLOCK_M] vectors with a rolled loop, twice: the summary
 composes (P, Q) <- (A P, A Q + u) row by row, the replay runs h = A h + u from the carry
-(reverse: the adjoint and its gradients), re-reading the chunk's inputs (from L2 when the chunk
-is short enough) and recomputing A.  A row's controls (e^eta, cos delta, sin delta, resets
+(reverse: the adjoint and its gradients), re-reading the chunk's inputs and recomputing A.
+The re-read is served by L2 only while the chunks in flight fit it: at (8, 8192, 1024) on the
+H200 they do not (8 programs x 64 rows x 256 modes x 4 bytes per SM) and the forward reads
+its inputs twice from DRAM, 813 MB moved for 537 (Nsight Compute,
+scripts/results/NVIDIA-H200/s17).  A row's controls (e^eta, cos delta, sin delta, resets
 applied) come from a per-token table (:mod:`samu_tune.kernels.controls`) that the forward writes
 for its own chunk first (MAKE_TABLE; the SAMU controller writes it for the fused layer) and the
 backward reads again: no per-thread exp/cos/sin of the token (libdevice trig has a

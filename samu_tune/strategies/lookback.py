@@ -103,10 +103,11 @@ class LookbackConfig(BaseModel):
     walks its tiles twice, summary then replay, for more bytes in flight per program and a
     ``sub`` times shorter look-back chain).  ``inner``: ``tile`` scans each [chunk, block_m]
     tile in registers (tl.associative_scan); ``loop`` walks the program's ``chunk * sub`` rows
-    ``rows`` at a time on [block_m] vectors, twice (summary, then replay re-reading the inputs
-    from L2): few registers per thread, high occupancy.  ``rows`` (loop only): rows per step of
-    the loop-inner walks, their loads issued together (2: twice the bytes in flight per
-    program, for 1.3-1.9x the registers: see ``_LOOP_ROWS2_LANES``).  ``lookback_width``
+    ``rows`` at a time on [block_m] vectors, twice (summary, then replay re-reading the inputs,
+    from L2 while the chunks in flight fit it): few registers per thread, high occupancy.
+    ``rows`` (loop only): rows per step of the loop-inner walks, their loads issued together
+    (2: twice the bytes in flight per program, for 1.3-1.9x the registers: see
+    ``_LOOP_ROWS2_LANES``).  ``lookback_width``
     (decoupled only): predecessors read per look-back poll (one vector status atomic, their
     payloads in one round trip: see ``_MAX_WIDTH_LANES``).  ``stages`` (loop only): 1, each
     walk step loads the next step's rows into registers; N > 1, the next N - 1 steps' rows
