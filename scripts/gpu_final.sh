@@ -16,11 +16,7 @@
 set -uo pipefail
 OUT="${OUT:-$PWD/.device_out}"
 mkdir -p "$OUT/grid" "$OUT/tuner" "$OUT/layer" "$OUT/probe" "$OUT/lookback" "$OUT/fused"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
-export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1 SAMU_TUNE_CACHE_DIR=/tmp/samu_tune_cache
-nvidia-smi -L
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+source scripts/_device_env.sh
 phase() { echo "== $1 at $(date +%T)"; }
 on() { [ "${1:-0}" -gt 0 ]; }
 if on "${T_TESTS:-110}"; then

@@ -8,11 +8,7 @@
 set -uo pipefail
 OUT="${OUT:-$PWD/.device_out}"
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1 SAMU_TUNE_CACHE_DIR=/tmp/samu_tune_cache
-nvidia-smi -L
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+source scripts/_device_env.sh
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
     timeout "${TEST_TIMEOUT:-240}" python3 -m pytest -q -m gpu -x ${TEST_ARGS:-tests} \
         -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -25

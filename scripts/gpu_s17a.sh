@@ -4,10 +4,7 @@
 set -uo pipefail
 OUT="${OUT:-$PWD/.device_out}"
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl >/dev/null 2>&1 || exit 1
-export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1 SAMU_TUNE_CACHE_DIR=/tmp/samu_tune_cache
-nvidia-smi -L
+source scripts/_device_env.sh
 which ncu && ncu --version | tail -1
 SECTIONS="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats
  --section Occupancy --section LaunchStats --section SchedulerStats --section InstructionStats
