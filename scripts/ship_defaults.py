@@ -1,10 +1,15 @@
 """Build a shipped winner table (``samu_tune/defaults/<signature>.json``) from a bench.json.
 
     python scripts/ship_defaults.py scripts/results/NVIDIA-H200/grid/bench.json
+    python scripts/ship_defaults.py --restamp samu_tune/defaults/NVIDIA-H200-sm90-132sm.json
 
 For every (shape, dtype, mode) of the benchmark, the fastest timed registered strategy and
 config wins; the runner-up is the fastest of a different strategy or config.  The file has the
 user cache's format (:mod:`samu_tune.cache`), with the versions the benchmark ran under.
+
+``--restamp TABLE``: set every entry's ``source_hash`` to its strategy's current one, after an
+edit that leaves the kernels' code as measured (docstrings, comments): the table otherwise
+reads as stale.  Nothing else in the table changes.
 """
 from __future__ import annotations
 
@@ -47,8 +52,26 @@ def entries(data: dict) -> dict[str, cache.CacheEntry]:
     return out
 
 
+def restamp(path: Path) -> int:
+    """Re-stamp the entries of the table at ``path`` in place; returns how many changed."""
+    table = cache.CacheFile.model_validate_json(path.read_text())
+    changed = 0
+    for e in table.entries.values():
+        current = registry.get(e.strategy, e.op).source_hash
+        if e.source_hash != current:
+            e.source_hash = current
+            changed += 1
+    path.write_text(table.model_dump_json(indent=1))
+    return changed
+
+
 def main(argv=None) -> None:
-    src = Path((argv or sys.argv[1:])[0])
+    args = argv or sys.argv[1:]
+    if args[0] == "--restamp":
+        n = restamp(Path(args[1]))
+        print(f"{args[1]}: {n} entries re-stamped")
+        return
+    src = Path(args[0])
     data = json.loads(src.read_text())
     meta = cache.CacheMeta(signature=data["signature"], samu_tune=data["samu_tune"],
                            torch=data["torch"], triton=data["triton"], written_at=data["started"])
