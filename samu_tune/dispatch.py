@@ -19,8 +19,8 @@ change.  Never tuned while a CUDA graph is being captured (the cached/rule choic
 not memoized).  Under ``torch.distributed`` the decision is made on rank 0 and broadcast, so all
 ranks run the same strategy; like any collective this needs every rank to call ``scan`` on
 the same sequence of problems the first time each is seen (it is memoized afterwards and not
-re-synchronised, even when the cache file changes).  ``scan`` runs outside torch.compile's
-graph (``torch.compiler.disable``: one graph break, eager kernels).
+re-synchronised, even when the cache file changes).  Under torch.compile ``scan`` is
+traced: its kernels are the operators of :mod:`samu_tune.torch_ops`, which decide inside.
 
 Other ops (the decode step) go through the same :func:`choose` (their problem's ``op`` picks
 their strategies, cache keys and rules; the scan-only "without initial/final state" fallback is
@@ -291,14 +291,18 @@ def clear_memo() -> None:
     _MEMO.clear()
 
 
-def _fast_key(inputs: ScanInputs) -> tuple:
-    """Everything ScanProblem.from_tensors reads, without building a pydantic model."""
+def _fast_key(inputs: ScanInputs, backward: Optional[bool] = None) -> tuple:
+    """Everything ScanProblem.from_tensors reads, without building a pydantic model
+    (``backward`` given: the caller knows whether gradients will be taken)."""
     br = inputs.br
-    backward = torch.is_grad_enabled() and (
-        inputs.eta.requires_grad or inputs.delta.requires_grad or inputs.nu_log.requires_grad
-        or inputs.theta_log.requires_grad or br.requires_grad or inputs.bi.requires_grad
-        or (inputs.initial_state is not None
-            and (inputs.initial_state[0].requires_grad or inputs.initial_state[1].requires_grad)))
+    if backward is None:
+        backward = torch.is_grad_enabled() and (
+            inputs.eta.requires_grad or inputs.delta.requires_grad
+            or inputs.nu_log.requires_grad or inputs.theta_log.requires_grad
+            or br.requires_grad or inputs.bi.requires_grad
+            or (inputs.initial_state is not None
+                and (inputs.initial_state[0].requires_grad
+                     or inputs.initial_state[1].requires_grad)))
     return (br.shape, br.dtype, inputs.eta.dtype, br.device, backward,
             inputs.segment_pos is not None, inputs.initial_state is not None,
             inputs.output_final_state, torch.are_deterministic_algorithms_enabled())
@@ -351,15 +355,20 @@ def _memo_hit(memo_key: tuple, s) -> Optional[Decision]:
     return None
 
 
-def _decide(inputs: ScanInputs, strategy: StrategyArg) -> Decision:
+def _decide(inputs: ScanInputs, strategy: StrategyArg, backward: Optional[bool] = None
+            ) -> Decision:
+    """The scan's memoized decision for validated ``inputs`` (``backward``: see
+    :func:`_fast_key`; the operators of :mod:`samu_tune.torch_ops` pass it, their tensors
+    carry no autograd state)."""
     s = settings()
     memo_key = None
     if isinstance(strategy, str):
-        memo_key = (_fast_key(inputs), strategy, s.mode, registry.generation())
+        memo_key = (_fast_key(inputs, backward), strategy, s.mode, registry.generation())
         hit = _memo_hit(memo_key, s)
         if hit is not None:
             return hit
-    return _decide_miss(memo_key, problem_of(inputs), inputs.br.device, strategy, s, True)
+    return _decide_miss(memo_key, problem_of(inputs, backward), inputs.br.device, strategy, s,
+                        True)
 
 
 def decide(call_key: Hashable, problem: Callable[[], Problem], device: Optional[torch.device],
@@ -407,11 +416,8 @@ def _decide_miss(memo_key: Optional[tuple], problem: Problem, device: Optional[t
 
 # ---- scan ------------------------------------------------------------------------------------
 
-# torch.compile must not trace into scan (the decision reads files, clocks and a memo): under
-# compilation it runs eagerly behind one graph break.  Outside compilation scan is called
-# directly: a torch.compiler.disable wrapper installs a frame-evaluation hook for everything it
-# calls, which doubled the host time of scan's own Python work (H200 host, lookback forward at
-# (32, 512, 256): 178 us per call through the wrapper, 100 us for the same work called directly).
+# torch.compile must not trace the decision (it reads files, clocks and a memo): under
+# compilation scan calls the operators of samu_tune.torch_ops, which decide inside.
 # torch._disable_dynamo is torch.compiler.disable with the import of torch._dynamo (about 2 s
 # on a slow host) deferred to the first call.
 _disable_dynamo = getattr(torch, "_disable_dynamo", None) or torch.compiler.disable
@@ -430,11 +436,15 @@ def scan(eta: torch.Tensor, delta: torch.Tensor, nu_log: torch.Tensor, theta_log
     Returns ``ScanOutput(real, imag, final_state)``: [B, L, M] in br's dtype, and fp32
     (h_r, h_i) [B, M] when ``output_final_state``.  ``strategy`` is ``"auto"`` (the dispatch
     policy, see :mod:`samu_tune.dispatch`), a registered name, or ``(name, config)``.
-    Under torch.compile this runs eagerly (a graph break).
+    Under torch.compile the kernels run as the operators ``samu_tune::scan_fwd`` /
+    ``scan_bwd`` (:mod:`samu_tune.torch_ops`: no graph break, CUDA-graph capturable); float64
+    inputs and CPU tensors without the Triton interpreter trace the torch reference.
     """
-    call = _scan_eager if _is_compiling() else _scan
-    return call(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
-                output_final_state, strategy)
+    if _is_compiling():
+        return _scan_traced(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
+                            output_final_state, strategy)
+    return _scan(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
+                 output_final_state, strategy)
 
 
 def _scan(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
@@ -445,6 +455,28 @@ def _scan(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
     return run(decision.strategy, decision.config, inputs)
 
 
+def _scan_traced(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
+                 output_final_state, strategy) -> ScanOutput:
+    """:func:`scan` under torch.compile: validation traced, the kernels as operators."""
+    from . import torch_ops
+    from .reference import scan_reference
+    inputs = validate(eta, delta, nu_log, theta_log, br, bi, initial_state=initial_state,
+                      segment_pos=segment_pos, output_final_state=output_final_state)
+    if (strategy == "reference" or inputs.br.dtype == torch.float64
+            or inputs.eta.dtype == torch.float64 or inputs.nu_log.dtype == torch.float64
+            or (not inputs.br.is_cuda and not settings().interpret)):
+        return scan_reference(inputs.eta, inputs.delta, inputs.nu_log, inputs.theta_log,
+                              inputs.br, inputs.bi, initial_state=inputs.initial_state,
+                              segment_pos=inputs.segment_pos,
+                              output_final_state=inputs.output_final_state)
+    if not torch_ops.operators_serve(torch_ops.strategy_string(strategy)):
+        return _scan_eager(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
+                           output_final_state, strategy)
+    return torch_ops.scan(inputs, strategy)
+
+
+# a strategy without an autograd Function (one registered from outside) runs eagerly behind a
+# graph break under torch.compile: the operators cannot split its forward from its backward
 _scan_eager = _disable_dynamo(_scan)
 
 

@@ -10,11 +10,14 @@ names need only be unique within an op.  The registry key of a scan strategy is 
 """
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
+import io
 import importlib
 import inspect
 import itertools
+import tokenize
 import typing
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -146,6 +149,11 @@ class Strategy:
     priority: int = 0
     modules: tuple[ModuleType, ...] = ()
     op: str = "scan"
+    # the scan's autograd Function and launch plan of a config (``(Function, plan)``, the
+    # Function called as ``Function.forward(ctx, plan, seg, eta, delta, nu_log, theta_log,
+    # br, bi, h0_r, h0_i)``): lets the torch.library operators run its forward and backward
+    # separately (:mod:`samu_tune.torch_ops`); None: they differentiate ``run`` again
+    autograd: Optional[Callable[[BaseModel], tuple[type, Any]]] = None
     _hash: list = field(default_factory=list, repr=False)
 
     @property
@@ -194,16 +202,44 @@ class Strategy:
 
     @property
     def source_hash(self) -> str:
-        """sha256 (16 hex) of the sources of the strategy's modules."""
+        """sha256 (16 hex) of the code of the strategy's modules: their source without
+        docstrings, comments and blank lines (:func:`code_text`), so that a documentation
+        edit keeps every cached and shipped entry of the strategy served."""
         if not self._hash:
             digest = hashlib.sha256(self.key.encode())
             for module in self.modules:
                 try:
-                    digest.update(inspect.getsource(module).encode())
+                    digest.update(code_text(inspect.getsource(module)).encode())
                 except (OSError, TypeError):
                     digest.update(module.__name__.encode())
             self._hash.append(digest.hexdigest()[:16])
         return self._hash[0]
+
+
+def code_text(source: str) -> str:
+    """``source`` without its docstrings (module, class and function), comments, trailing
+    whitespace and blank lines: what decides the code, as text (the same on every Python
+    version, unlike ``ast.dump``)."""
+    lines = source.splitlines()
+    spans: list[tuple[int, int, int, int]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)):
+                d = body[0]
+                spans.append((d.lineno, d.col_offset, d.end_lineno, d.end_col_offset))
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.COMMENT:
+                spans.append((*tok.start, *tok.end))
+    except (tokenize.TokenError, IndentationError):  # pragma: no cover - parsed above
+        pass
+    # blank each span, last first (column offsets are in characters of one line)
+    for r0, c0, r1, c1 in sorted(spans, reverse=True):
+        head, tail = lines[r0 - 1][:c0], lines[r1 - 1][c1:]
+        lines[r0 - 1:r1] = [head + tail]
+    return "\n".join(line.rstrip() for line in lines if line.strip())
 
 
 _REGISTRY: dict[str, Strategy] = {}

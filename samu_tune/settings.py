@@ -7,7 +7,6 @@ that change the environment call :func:`reload_settings`.
 from __future__ import annotations
 
 import os
-from functools import lru_cache
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -30,6 +29,9 @@ class Settings(BaseModel):
     verbose: bool = Field(False, description="log dispatch decisions")
     poison: bool = Field(
         False, description="fill fresh output buffers with NaN so unwritten elements show (tests)")
+    fast_launch: bool = Field(
+        True, description="launch compiled Triton kernels directly after their first launch "
+        "(samu_tune.launcher); 0: every launch through Triton's JITFunction.run")
     # Not SAMU_TUNE_ variables: Triton's own switch, read here so the rest of the package
     # asks one place whether Triton kernels may run on CPU tensors (and whether the user set
     # the switch, which the CLI respects instead of re-running under the interpreter).
@@ -59,13 +61,19 @@ def _from_env(environ: dict[str, str]) -> Settings:
         raise ValueError(f"invalid samu_tune environment: {fields}") from None
 
 
-@lru_cache(maxsize=1)
+_SETTINGS: list[Settings] = []
+
+
 def settings() -> Settings:
-    """The process-wide settings, read from the environment on first use."""
-    return _from_env(dict(os.environ))
+    """The process-wide settings, read from the environment on first use.  (A module-level
+    slot rather than ``lru_cache``: torch.compile traces a call of this as a read of the
+    slot, where it would trace into an ``lru_cache``'s wrapped function.)"""
+    if not _SETTINGS:
+        _SETTINGS.append(_from_env(dict(os.environ)))
+    return _SETTINGS[0]
 
 
 def reload_settings() -> Settings:
     """Forget the cached settings and read the environment again (tests, notebooks)."""
-    settings.cache_clear()
+    _SETTINGS.clear()
     return settings()

@@ -43,7 +43,36 @@ def validate(eta, delta, nu_log, theta_log, br, bi, *,
 
     Raises ``TypeError`` for a wrong type or dtype and ``ValueError`` for a wrong shape, device
     or an empty dimension; with ``SAMU_TUNE_CHECK_FINITE=1`` also for a non-finite spectrum.
+    A call that passes every check in one expression returns at once (about a fifth of the
+    host time of the checks one by one); any other goes through them in order, which names
+    the first failure.
     """
+    if (initial_state is None and segment_pos is None and type(br) is torch.Tensor
+            and type(bi) is torch.Tensor and type(eta) is torch.Tensor
+            and type(delta) is torch.Tensor and type(nu_log) is torch.Tensor
+            and type(theta_log) is torch.Tensor and br.dim() == 3):
+        shape = br.shape
+        B, L, M = shape
+        device = br.device
+        if (B and L and M and bi.shape == shape and eta.shape == (B, L)
+                and delta.shape == (B, L) and nu_log.shape == (M,) and theta_log.shape == (M,)
+                and br.dtype in WRITE_DTYPES and bi.dtype == br.dtype
+                and eta.dtype in CONTROL_DTYPES and delta.dtype == eta.dtype
+                and nu_log.dtype in SPECTRUM_DTYPES and theta_log.dtype in SPECTRUM_DTYPES
+                and bi.device == device and eta.device == device and delta.device == device
+                and nu_log.device == device and theta_log.device == device
+                and not settings().check_finite):
+            return ScanInputs(eta.contiguous(), delta.contiguous(), nu_log.contiguous(),
+                              theta_log.contiguous(), br.contiguous(), bi.contiguous(),
+                              None, None, bool(output_final_state))
+    return _validate(eta, delta, nu_log, theta_log, br, bi, initial_state=initial_state,
+                     segment_pos=segment_pos, output_final_state=output_final_state)
+
+
+def _validate(eta, delta, nu_log, theta_log, br, bi, *,
+              initial_state: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+              segment_pos: Optional[torch.Tensor] = None,
+              output_final_state: bool = False) -> ScanInputs:
     br = _tensor("br", br)
     if br.ndim != 3:
         raise ValueError(f"br must have shape [B, L, M], got {list(br.shape)} ({br.ndim} dims)")

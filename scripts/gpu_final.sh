@@ -11,11 +11,13 @@
 #   7. layer forward / train: SAMU default vs fused vs controller + seed scan  T_LAYER -> layer/
 #   8. fused layer by look-back config (FUSED_ARGS; off by default)  T_FUSED -> fused/
 #   9. decode tokens/s (SAMU.step vs the seed), host profile  T_DECODE -> layer/
+#  10. host path: GPU time, host time per call, eager wall (HOST_ARGS; HOST_BASELINE=DIR:
+#      also DIR's samu_tune; off by default)                  T_HOST -> host/
 # Carry .whl (pydantic, platformdirs, accelerated-scan, pytest-xdist + execnet wheels) and
 # seed_copy (scripts/gpu_wheels.sh downloads the wheels; seed_copy: the seed's readable file).
 set -uo pipefail
 OUT="${OUT:-$PWD/.device_out}"
-mkdir -p "$OUT/grid" "$OUT/tuner" "$OUT/layer" "$OUT/probe" "$OUT/lookback" "$OUT/fused"
+mkdir -p "$OUT/grid" "$OUT/tuner" "$OUT/layer" "$OUT/probe" "$OUT/lookback" "$OUT/fused" "$OUT/host"
 source scripts/_device_env.sh
 phase() { echo "== $1 at $(date +%T)"; }
 on() { [ "${1:-0}" -gt 0 ]; }
@@ -76,6 +78,21 @@ if on "${T_FUSED:-0}"; then
   timeout "$T_FUSED" python3 scripts/bench_fused_configs.py --out "$OUT/fused" ${FUSED_ARGS:-} \
       > "$OUT/fused/bench_fused_configs.log" 2>&1; tail -16 "$OUT/fused/bench_fused_configs.log"
   cat "$OUT/fused/fused_configs.md"
+fi
+if on "${T_HOST:-0}"; then
+  phase host
+  # a user's time in three parts (GPU, host per call, eager wall), scan / layer / decode /
+  # four-block model (HOST_ARGS, e.g. --only scan,layer); HOST_BASELINE=DIR: the same
+  # benchmark on DIR's samu_tune too (e.g. .baseline: git archive REV samu_tune), same run
+  mkdir -p "$OUT/host"
+  timeout "$T_HOST" python3 scripts/bench_host.py --out "$OUT/host" ${HOST_ARGS:-} \
+      > "$OUT/host/bench_host.log" 2>&1; tail -70 "$OUT/host/bench_host.log"
+  if [ -n "${HOST_BASELINE:-}" ]; then
+    mkdir -p "$OUT/host_base"
+    PYTHONPATH="/tmp/site:$HOST_BASELINE" timeout "${T_HOST_BASE:-$T_HOST}" python3 \
+        scripts/bench_host.py --out "$OUT/host_base" ${HOST_BASE_ARGS:-${HOST_ARGS:-}} \
+        > "$OUT/host_base/bench_host.log" 2>&1; tail -40 "$OUT/host_base/bench_host.log"
+  fi
 fi
 if on "${T_DECODE:-45}"; then
   phase decode

@@ -48,6 +48,10 @@ from ..strategies._alloc import empty
 from .controller import unit_directions
 from .reference import SAMUParams, State, needs_grad, step_reference, write_gamma
 from ..launch_options import LAUNCH_OPTIONS
+from ..launcher import fast
+
+# the decode step kernel, launched directly after its first launch per specialisation
+_step_kernel = fast(kernels.samu_decode_step)
 
 DecodeName = Literal["single", "blocked", "reference"]
 
@@ -201,14 +205,20 @@ StrategyArg = Union[str, tuple[str, Union[DecodeConfig, dict, None]]]
 
 def _plan(strategy: StrategyArg, x: torch.Tensor, params: SAMUParams,
           state: Optional[State], float64: bool) -> _Plan:
+    if float64 and (strategy == "auto"):
+        return _Plan("reference", params.modes, (0, 0), 0, {})
+    return plan_for(strategy, x, params.modes, state is not None)
+
+
+def plan_for(strategy: StrategyArg, x: torch.Tensor, M: int, has_state: bool) -> _Plan:
+    """The launch plan of a step on x [B, 2M] (fp32 parameters): ``"auto"`` resolves through
+    :func:`decision`; a name or (name, config) is checked and planned."""
     name, config = (strategy, None) if isinstance(strategy, str) else strategy
-    B, M = x.shape[0], params.modes
+    B = x.shape[0]
+    state = (x, x) if has_state else None          # decision() reads only "given or not"
     if name == "auto":
-        if float64:
-            name = "reference"
-        else:
-            d = decision(x, M, state)
-            name, config = d.strategy.name, d.config
+        d = decision(x, M, state)
+        name, config = d.strategy.name, d.config
     if name == "reference":
         return _Plan("reference", M, (0, 0), 0, {})
     if name not in ("single", "blocked"):
@@ -333,7 +343,7 @@ class Decoder:
              state_out: Optional[State] = None) -> tuple[torch.Tensor, State]:
         M = params.modes
         _check_inputs(x, M, state)
-        if out is not None or state_out is not None:
+        if (out is not None or state_out is not None) and not dispatch._is_compiling():
             _check_outputs(x, state, out, state_out, M)
         if needs_grad(x, params, state):
             plan_name = strategy if isinstance(strategy, str) else strategy[0]
@@ -342,6 +352,8 @@ class Decoder:
                 raise ValueError(f"decode strategy {plan_name!r} has no backward; use "
                                  "'reference' (or torch.no_grad()) when gradients are needed")
             return _reference(x, params, state, out, state_out)
+        if dispatch._is_compiling():
+            return _step_traced(x, params, state, strategy, out, state_out)
         consts = self.constants.get(params)
         if consts.device != x.device:
             raise ValueError(f"x and the parameters must be on one device, got {x.device} "
@@ -356,6 +368,39 @@ class Decoder:
         if plan.name == "reference":
             return _reference(x, params, state, out, state_out)
         return _launch(plan, x, consts, state, out, state_out)
+
+
+def _step_traced(x: torch.Tensor, params: SAMUParams, state: Optional[State],
+                 strategy: StrategyArg, out: Optional[torch.Tensor],
+                 state_out: Optional[State]) -> tuple[torch.Tensor, State]:
+    """The step under torch.compile: the parameters digested in the graph
+    (:func:`decode_constants`), the kernel as an operator (:mod:`samu_tune.torch_ops`):
+    functional, or in place into ``out`` / ``state_out``."""
+    from .. import torch_ops
+    if any(p.dtype == torch.float64 for p in params) or x.dtype == torch.float64 or (
+            strategy == "reference" or not kernels_available(x)):
+        return _reference(x, params, state, out, state_out)
+    M = params.modes
+    consts = decode_constants(params)
+    text = torch_ops.strategy_string(strategy)
+    if state is not None:
+        state = tuple(s.to(torch.float32) for s in state)
+    if out is None and state_out is None:
+        h_r, h_i = state if state is not None else (None, None)
+        y, h_r, h_i = torch.ops.samu_tune.decode_step(x.contiguous(), consts, h_r, h_i, M, text)
+        return y, (h_r, h_i)
+    if out is None:
+        out = torch.empty_like(x)
+    if state_out is None:
+        state_out = (x.new_empty((x.shape[0], M), dtype=torch.float32),
+                     x.new_empty((x.shape[0], M), dtype=torch.float32))
+    if state is not None:
+        for dst, src in zip(state_out, state):
+            if dst is not src:
+                dst.copy_(src)
+    torch.ops.samu_tune.decode_step_(x.contiguous(), consts, state_out[0], state_out[1], out,
+                                     state is not None, M, text)
+    return out, tuple(state_out)
 
 
 def _reference(x, params, state, out, state_out) -> tuple[torch.Tensor, State]:
@@ -385,7 +430,7 @@ def _launch(plan: _Plan, x: torch.Tensor, consts: torch.Tensor, state: Optional[
     else:
         state_r, state_i = (s if s.dtype == torch.float32 and s.is_contiguous()
                             else s.to(torch.float32).contiguous() for s in state)
-    kernels.samu_decode_step[plan.grid](
+    _step_kernel[plan.grid](
         x, consts, state_r, state_i, out, state_out[0], state_out[1], M,
         plan.tiles_per_program, **plan.meta, **LAUNCH_OPTIONS)
     return out, tuple(state_out)

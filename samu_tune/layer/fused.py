@@ -37,7 +37,7 @@ from pydantic import BaseModel
 from .. import dispatch
 from ..problem import ScanProblem, dtype_name
 from ..settings import settings
-from ..strategies import lookback
+from ..strategies import lookback, operands as operand_kernels
 from . import controller
 from .reference import SAMUParams, State, needs_grad, write_gamma
 
@@ -60,12 +60,24 @@ def config_for(x: torch.Tensor, segment_pos: Optional[torch.Tensor], has_state: 
 
     The scan's dispatch decision is memoized per call signature (``dispatch.decide``, as
     ``samu_tune.scan``'s), so a repeated call costs a few dictionary lookups."""
-    call_key = ("samu-fused-scan", x.shape, x.dtype, x.device, segment_pos is not None,
-                has_state, backward, torch.are_deterministic_algorithms_enabled())
+    return config_for_call(x.shape, x.dtype, x.device, segment_pos is not None, has_state,
+                           scan_strategy, backward)
+
+
+def config_for_call(shape: tuple[int, int, int], dtype: torch.dtype, device: torch.device,
+                    resets: bool, has_state: bool, scan_strategy="auto",
+                    backward: bool = False) -> Optional[BaseModel]:
+    """:func:`config_for` of a call on x of ``shape`` [B, L, 2M], ``dtype``, ``device``."""
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    call_key = ("samu-fused-scan", tuple(shape), dtype, device, resets, has_state, backward,
+                deterministic)
 
     def problem() -> ScanProblem:
-        return scan_problem(x, segment_pos, has_state, backward)
-    return _loop_choice(lambda: dispatch.decide(call_key, problem, x.device, scan_strategy),
+        B, L, width = shape
+        return ScanProblem(B=B, L=L, M=width // 2, dtype=dtype_name(dtype),
+                           device=device.type, resets=resets, initial_state=has_state,
+                           final_state=True, backward=backward, deterministic=deterministic)
+    return _loop_choice(lambda: dispatch.decide(call_key, problem, device, scan_strategy),
                         problem)
 
 
@@ -122,8 +134,18 @@ def _loop_config(problem: ScanProblem) -> Optional[BaseModel]:
 
 def operands(params: SAMUParams) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dirs [2, 2M+1], scales [2], gamma [M]), fp32 contiguous: the unit directions,
-    (tanh a_p, tanh a_r) / sqrt(M) and the write normalisation, computed in torch
-    (differentiable: autograd carries their gradients to the parameters)."""
+    (tanh a_p, tanh a_r) / sqrt(M) and the write normalisation, differentiable in the
+    parameters: eagerly by one kernel each way (:mod:`samu_tune.strategies.operands`), under
+    torch.compile in torch (:func:`operands_torch`, which the compiler fuses)."""
+    if dispatch._is_compiling() or any(p.dtype != torch.float32 for p in params):
+        return operands_torch(params)
+    return operand_kernels.operands(*(p.contiguous() for p in (
+        params.phase_direction, params.radial_direction, params.phase_amplitude,
+        params.radial_amplitude, params.nu_log)))
+
+
+def operands_torch(params: SAMUParams) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`operands` in torch."""
     dirs, scales = controller.kernel_operands(params)
     return dirs, scales, write_gamma(params.nu_log.to(torch.float32)).contiguous()
 

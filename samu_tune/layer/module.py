@@ -14,6 +14,7 @@ from .decode import ConstantsCache, Decoder
 from .reference import SAMUParams, State, needs_grad
 
 LayerStrategy = Literal["auto", "unfused", "fused"]
+_assume_constant = getattr(torch.compiler, "assume_constant_result", lambda f: f)
 
 
 class SAMU(nn.Module):
@@ -121,11 +122,12 @@ class SAMU(nn.Module):
         self._check_x(x, 3, "B, L, 2M")
         params = self.params()
         if cu_seqlens is None and self.strategy != "unfused":
-            # under torch.compile the choice and the fused kernels run eagerly behind a graph
-            # break (as samu_tune.scan does); the unfused path is traced as before
-            run = _fused_or_none_eager if dispatch._is_compiling() else _fused_or_none
-            done = run(self.strategy, x, params, state, segment_pos, self.scan_strategy,
-                       self._fused_operands)
+            if dispatch._is_compiling():
+                done = _fused_traced(self.strategy, x, params, state, segment_pos,
+                                     self.scan_strategy)
+            else:
+                done = _fused_or_none(self.strategy, x, params, state, segment_pos,
+                                      self.scan_strategy, self._fused_operands)
             if done is not None:
                 return done
         return unfused.forward(x, params, state, segment_pos, cu_seqlens=cu_seqlens,
@@ -135,21 +137,8 @@ class SAMU(nn.Module):
     def _layer_path(x: torch.Tensor, params: SAMUParams, state: Optional[State],
                     segment_pos: Optional[torch.Tensor]) -> str:
         """The layer op's choice for this call (memoized per call signature)."""
-        backward = needs_grad(x, params, state)
-        deterministic = torch.are_deterministic_algorithms_enabled()
-        call_key = ("layer", x.shape, x.dtype, x.device, segment_pos is not None,
-                    state is not None, backward, deterministic)
-
-        def problem() -> LayerProblem:
-            B, L, width = x.shape
-            return LayerProblem(B=B, L=L, M=width // 2, dtype=dtype_name(x.dtype),
-                                device="cuda" if x.is_cuda else "cpu", backward=backward,
-                                resets=segment_pos is not None,
-                                initial_state=state is not None, deterministic=deterministic)
-        try:
-            return dispatch.decide(call_key, problem, x.device).strategy.name
-        except (ValueError, TypeError):   # e.g. float64 x: no layer strategy but the reference
-            return "unfused"
+        return _layer_path_of(x.shape, x.dtype, x.device, segment_pos is not None,
+                              state is not None, needs_grad(x, params, state))
 
     def step(self, x: torch.Tensor, state: Optional[State] = None, *,
              out: Optional[torch.Tensor] = None,
@@ -193,4 +182,67 @@ def _fused_or_none(strategy: str, x: torch.Tensor, params: SAMUParams, state: Op
     return fused.forward(x, params, state, segment_pos, scan_strategy, operands_cache)
 
 
-_fused_or_none_eager = dispatch._disable_dynamo(_fused_or_none)
+def _layer_path_of(shape, dtype: torch.dtype, device: torch.device, resets: bool,
+                   has_state: bool, backward: bool) -> str:
+    """The layer op's choice ("fused" / "unfused") for a call on x of ``shape`` [B, L, 2M]
+    (memoized per call signature)."""
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    call_key = ("layer", tuple(shape), dtype, device, resets, has_state, backward,
+                deterministic)
+
+    def problem() -> LayerProblem:
+        B, L, width = shape
+        return LayerProblem(B=B, L=L, M=width // 2, dtype=dtype_name(dtype),
+                            device="cuda" if device.type == "cuda" else "cpu",
+                            backward=backward, resets=resets, initial_state=has_state,
+                            deterministic=deterministic)
+    try:
+        return dispatch.decide(call_key, problem, device).strategy.name
+    except (ValueError, TypeError):   # e.g. float64 x: no layer strategy but the reference
+        return "unfused"
+
+
+@_assume_constant
+def _runs_fused(strategy: str, B: int, L: int, M: int, dtype: str, device: str, resets: bool,
+                has_state: bool, backward: bool, scan_strategy: str) -> bool:
+    """Whether a traced layer call runs the fused operators: decided while torch.compile
+    traces (the graph's structure depends on it; the arguments are the call's constants)."""
+    from .. import torch_ops
+    from ..settings import settings
+    dt, dev = getattr(torch, dtype.removeprefix("torch.")), torch.device(device)
+    if dt not in fused.FUSED_DTYPES or not (dev.type == "cuda" or settings().interpret):
+        return False
+    if strategy == "auto" and _layer_path_of((B, L, 2 * M), dt, dev, resets, has_state,
+                                             backward) != "fused":
+        return False
+    return fused.config_for_call((B, L, 2 * M), dt, dev, resets, has_state,
+                                 torch_ops._strategy_arg(scan_strategy), backward) is not None
+
+
+def _fused_traced(strategy: str, x: torch.Tensor, params: SAMUParams, state: Optional[State],
+                  segment_pos: Optional[torch.Tensor], scan_strategy
+                  ) -> Optional[tuple[torch.Tensor, State]]:
+    """:func:`_fused_or_none` under torch.compile: the fused kernels as the operators of
+    :mod:`samu_tune.torch_ops` (no graph break), the parameter operands traced."""
+    from .. import torch_ops
+    B, L, width = x.shape
+    if any(p.dtype != torch.float32 for p in params):
+        return None
+    if segment_pos is not None and (
+            tuple(segment_pos.shape) != (B, L) or segment_pos.is_floating_point()
+            or segment_pos.dtype == torch.bool or segment_pos.device != x.device):
+        return None
+    if state is not None and any(
+            tuple(h.shape) != (B, width // 2) or h.device != x.device for h in state):
+        return None
+    text = torch_ops.strategy_string(scan_strategy)
+    if not _runs_fused(strategy, B, L, width // 2, str(x.dtype), str(x.device),
+                       segment_pos is not None, state is not None,
+                       needs_grad(x, params, state), text):
+        return None
+    dirs, scales, gamma = fused.operands(params)
+    h0 = None if state is None else tuple(h.to(torch.float32).contiguous() for h in state)
+    seg = segment_pos.contiguous() if segment_pos is not None else None
+    return torch_ops.fused_layer(x.contiguous(), dirs, scales, gamma,
+                                 params.nu_log.contiguous(), params.theta_log.contiguous(),
+                                 seg, h0, text)

@@ -69,10 +69,13 @@ def problem_of(a: Pair, b: Pair, h0: Optional[Pair], reverse: bool,
         deterministic=torch.are_deterministic_algorithms_enabled())
 
 
-def _auto(a: Pair, b: Pair, h0: Optional[Pair], reverse: bool) -> tuple[str, Optional[Config]]:
+def _auto(a: Pair, b: Pair, h0: Optional[Pair], reverse: bool,
+          backward: Optional[bool] = None) -> tuple[str, Optional[Config]]:
     """``"auto"``: the linear op's dispatch (:mod:`samu_tune.ops.linear_op`: a tuned or
-    shipped choice, else its rule), memoized per call signature."""
-    backward = _needs_grad(a, b, h0)
+    shipped choice, else its rule), memoized per call signature (``backward`` by default:
+    grad mode is on and an input requires grad)."""
+    if backward is None:
+        backward = _needs_grad(a, b, h0)
     call_key = ("linear", a.r.shape, a.r.dtype, b.r.dtype, a.r.device, a.is_complex,
                 bool(reverse), h0 is not None, backward,
                 torch.are_deterministic_algorithms_enabled())
@@ -174,13 +177,21 @@ def _resolve(strategy: StrategyArg, tensors, B, L, D) -> tuple[str, Optional[Con
     return name, model(**config)
 
 
+def choice(a: Pair, b: Pair, h0: Optional[Pair], reverse: bool, strategy: StrategyArg,
+           backward: Optional[bool] = None) -> tuple[str, Optional[Config]]:
+    """The (strategy name, config) a call runs (``"reference"``, None for the torch loop)."""
+    if isinstance(strategy, str) and strategy == "auto":
+        return _auto(a, b, h0, reverse, backward)
+    tensors = [t for p in (a, b, h0) if p is not None for t in p if t is not None]
+    B, L, D = a.r.shape
+    return _resolve(strategy, tensors, B, L, D)
+
+
 def _scan(a: Pair, b: Pair, h0: Optional[Pair], reverse: bool, strategy: StrategyArg,
           B: int, L: int, D: int) -> tuple[Pair, Pair]:
-    tensors = [t for p in (a, b, h0) if p is not None for t in p if t is not None]
-    if isinstance(strategy, str) and strategy == "auto":
-        name, cfg = _auto(a, b, h0, reverse)
-    else:
-        name, cfg = _resolve(strategy, tensors, B, L, D)
+    if dispatch._is_compiling():
+        return _scan_traced(a, b, h0, reverse, strategy)
+    name, cfg = choice(a, b, h0, reverse, strategy)
     if name == "reference":
         return linear_scan_reference(a, b, h0, reverse=reverse)
     a = Pair(*(None if t is None else t.contiguous() for t in a))
@@ -193,6 +204,24 @@ def _scan(a: Pair, b: Pair, h0: Optional[Pair], reverse: bool, strategy: Strateg
     if a.is_complex:
         return Pair(outs[0], outs[1]), Pair(outs[2], outs[3])
     return Pair(outs[0]), Pair(outs[1])
+
+
+def _scan_traced(a: Pair, b: Pair, h0: Optional[Pair], reverse: bool, strategy: StrategyArg
+                 ) -> tuple[Pair, Pair]:
+    """:func:`_scan` under torch.compile: the kernels as the operators ``samu_tune::linear_fwd``
+    / ``linear_bwd`` (:mod:`samu_tune.torch_ops`), the torch loop where they cannot run."""
+    from .. import torch_ops
+    tensors = [t for p in (a, b, h0) if p is not None for t in p if t is not None]
+    if (strategy == "reference" or not kernels_available(a.r)
+            or any(t.dtype == torch.float64 for t in tensors)):
+        return linear_scan_reference(a, b, h0, reverse=reverse)
+    outs = torch_ops.linear_scan(
+        *(t.contiguous() if t is not None else None
+          for t in (a.r, a.i, b.r, b.i, *(h0 if h0 is not None else (None, None)))),
+        reverse=bool(reverse), strategy=strategy)
+    if a.is_complex:
+        return Pair(outs[0], outs[1]), Pair(outs[2], outs[3])
+    return Pair(outs[0]), Pair(outs[2])
 
 
 def real_scan(a: torch.Tensor, b: torch.Tensor, *, initial_state: Optional[torch.Tensor] = None,

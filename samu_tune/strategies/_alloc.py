@@ -18,3 +18,12 @@ def empty(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor
 
 def empty_like(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     return empty(*t.shape, dtype=dtype or t.dtype, device=t.device)
+
+
+def empty_strided(shape: tuple[int, ...], strides: tuple[int, ...], *, dtype: torch.dtype,
+                  device: torch.device) -> torch.Tensor:
+    t = torch.empty_strided(shape, strides, dtype=dtype, device=device)
+    if settings().poison:
+        t.as_strided((t.untyped_storage().nbytes() // t.element_size(),), (1,), 0).fill_(
+            float("nan"))
+    return t

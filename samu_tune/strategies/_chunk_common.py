@@ -235,12 +235,13 @@ class _ChunkScan(torch.autograd.Function):
         ctx.plan = plan
         ctx.shape = (B, L, M)
         ctx.dtypes = _grads.dtypes(br, bi, h0_r, h0_i)
-        ctx.save_for_backward(seg, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i)
+        ctx.save_for_backward(seg, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i,
+                              None)
         return out_r, out_i, last[0], last[1]
 
     @staticmethod
     def backward(ctx, d_out_r, d_out_i, d_last_r, d_last_i):
-        seg, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i = ctx.saved_tensors
+        seg, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i, _ = ctx.saved_tensors
         plan: ChunkPlan = ctx.plan
         B, L, M = ctx.shape
         dev = out_r.device
@@ -308,4 +309,5 @@ def register_member(name: str, *, description: str, config_model: type[ChunkFami
         workspace_bytes=workspace_bytes,
         priority=priority,
         modules=(sys.modules[module], sys.modules[__name__], *KERNEL_MODULES),
+        autograd=lambda cfg: (_ChunkScan, plan_for(name, cfg)),
     ))

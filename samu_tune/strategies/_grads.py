@@ -7,6 +7,7 @@ runs the reverse scan into the buffers of :func:`backward_buffers` (``lookback``
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
@@ -21,13 +22,57 @@ Pair = tuple[Optional[torch.Tensor], Optional[torch.Tensor]]
 class _NoGradContext:
     """Stands in for autograd's ctx when no gradient is needed: the forward's saves are
     dropped.  Calling ``forward`` directly skips ``Function.apply``'s bookkeeping, about a
-    tenth of a forward call's host time on an H200 host."""
+    tenth of a forward call's host time on an H200 host.  ``separate``: each output in its
+    own allocation (see :func:`output_pair`); ``training``: keep what backward reads (the
+    fused layer's states) although no autograd ctx is there (an operator's forward)."""
+
+    separate = False
+    training = False
 
     def save_for_backward(self, *tensors) -> None:
         pass
 
     def set_materialize_grads(self, value: bool) -> None:
         pass
+
+
+class OpContext(_NoGradContext):
+    """The ctx of a Function's forward or backward run inside a torch.library operator
+    (:mod:`samu_tune.torch_ops`): forward keeps what it saves in ``saved_tensors`` (the
+    operator returns what backward needs as outputs); outputs get allocations of their own
+    (an operator's outputs may not alias each other); backward reads ``saved_tensors`` and
+    the attributes the operator sets."""
+
+    separate = True
+
+    def __init__(self, saved: tuple = (), **attrs) -> None:
+        self.saved_tensors = saved
+        self.__dict__.update(attrs)
+
+    def save_for_backward(self, *tensors) -> None:
+        self.saved_tensors = tensors
+
+
+def training(ctx) -> bool:
+    """Whether a Function's forward runs for a backward to come (autograd's ctx, or an
+    operator's :class:`OpContext` with ``training``)."""
+    return not isinstance(ctx, _NoGradContext) or ctx.training
+
+
+def pair(ctx, *shape: int, dtype: torch.dtype, device: torch.device) -> Pair:
+    """Two uninitialised tensors of ``shape``: one :class:`Stacked` allocation (a torch.empty
+    costs ~5 us of host time on an H200 host), or two when ``ctx.separate``."""
+    if getattr(ctx, "separate", False):
+        return (_alloc.empty(*shape, dtype=dtype, device=device),
+                _alloc.empty(*shape, dtype=dtype, device=device))
+    return Stacked.empty(*shape, dtype=dtype, device=device)
+
+
+def output_pair(ctx, br: torch.Tensor, bi: torch.Tensor) -> Pair:
+    """The scan's (out_r, out_i) [B, L, M] in br's and bi's dtypes (see :func:`pair`)."""
+    if br.dtype == bi.dtype:
+        return pair(ctx, *br.shape, dtype=br.dtype, device=br.device)
+    return _alloc.empty_like(br), _alloc.empty_like(bi)
 
 
 def apply(function: type[torch.autograd.Function], *args):
@@ -78,12 +123,25 @@ def grad_outputs(shape: tuple[int, int, int], b_dtypes: tuple[torch.dtype, torch
     return grad_b, gh0
 
 
+@functools.lru_cache(maxsize=1024)
+def _stacked_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Strides of a [2, *shape] pair whose halves are contiguous and 16-byte aligned."""
+    per = 16 // itemsize
+    stride = -(-math.prod(shape) // per) * per
+    inner = []
+    step = 1
+    for size in reversed(shape):
+        inner.append(step)
+        step *= size
+    return (stride, *reversed(inner))
+
+
 class Stacked(tuple):
     """A pair ``(whole[0], whole[1])`` of views of one ``[2, ...]`` tensor ``whole``: one
     allocation, and reduced by one kernel instead of two."""
 
     def __new__(cls, whole: torch.Tensor) -> "Stacked":
-        pair = super().__new__(cls, (whole[0], whole[1]))
+        pair = super().__new__(cls, whole.unbind(0))
         pair.whole = whole
         return pair
 
@@ -91,12 +149,10 @@ class Stacked(tuple):
     def empty(cls, *shape: int, dtype: torch.dtype, device: torch.device) -> "Stacked":
         """Uninitialised ``[2, *shape]``; the second half starts 16-byte aligned whatever the
         shape (Triton specialises pointer arguments on 16-byte alignment: an unaligned one
-        would compile another binary for some shapes)."""
-        n = math.prod(shape)
-        per = 16 // dtype.itemsize
-        stride = -(-n // per) * per
-        flat = _alloc.empty(2 * stride, dtype=dtype, device=device)
-        return cls(flat.view(2, stride)[:, :n].unflatten(1, shape))
+        would compile another binary for some shapes).  One ``empty_strided`` (a view chain
+        through ``unflatten`` cost several times the allocation's host time)."""
+        return cls(_alloc.empty_strided((2, *shape), _stacked_strides(shape, dtype.itemsize),
+                                        dtype=dtype, device=device))
 
 
 def partials(B: int, L: int, n_tiles: int, spec_shape: tuple[int, ...],

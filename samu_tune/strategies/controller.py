@@ -22,6 +22,11 @@ from ..kernels import controller as kernels
 from ..kernels import controls as control_kernels
 from . import _alloc, _grads
 from ..launch_options import LAUNCH_OPTIONS
+from ..launcher import fast
+
+# the controller kernels, launched directly after their first launch per specialisation
+_forward_kernel = fast(kernels.controller_forward)
+_backward_kernel = fast(kernels.controller_backward)
 
 # Tiles, chosen by ptxas for sm_90 (Triton 3.9, bf16 x, K a multiple of 16: x and grad x
 # move in 16-byte vectors, no spills): forward [16, 128] at 4 warps, 72 registers ([32, 128]:
@@ -99,7 +104,7 @@ def forward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, *,
     buf = _alloc.empty(4 * stride, dtype=torch.float32, device=x.device).view(4, stride)[:, :T]
     ctl = (_alloc.empty(T, control_kernels.TABLE_COLS.value, dtype=torch.float32,
                        device=x.device) if table else None)
-    kernels.controller_forward[(intmath.cdiv(T, _FWD_BLOCK_T),)](
+    _forward_kernel[(intmath.cdiv(T, _FWD_BLOCK_T),)](
         x, dirs, scales, buf[0], buf[1], buf[2], buf[3], ctl, seg, T, K,
         HAS_TABLE=table, HAS_RESETS=seg is not None, BLOCK_T=_FWD_BLOCK_T,
         BLOCK_K=_block_k(K, _FWD_BLOCK_K), K_ALIGN=_k_align(K),
@@ -133,7 +138,7 @@ def backward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, s: torch
         grad_x = _alloc.empty_like(x)
     extra = kernels.PARTIAL_EXTRA.value
     partials = _alloc.empty(groups, 2, K + extra, dtype=torch.float32, device=x.device)
-    kernels.controller_backward[(groups, col_tiles)](
+    _backward_kernel[(groups, col_tiles)](
         x, dirs, scales, s[0], s[1], d_eta, d_delta, grad_x, partials, T, K, tokens_per_program,
         ACCUMULATE=accumulate, BLOCK_T=_BWD_BLOCK_T, BLOCK_K=block_k, K_ALIGN=_k_align(K),
         num_warps=_NUM_WARPS, **LAUNCH_OPTIONS)

@@ -16,6 +16,7 @@ window W: a chain W times shorter).
 """
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 from typing import Literal, Optional
@@ -30,6 +31,10 @@ from ..registry import Capability, Strategy, register
 from ..tensors import ScanInputs, ScanOutput
 from . import _alloc, _grads, controller
 from ..launch_options import LAUNCH_OPTIONS
+from ..launcher import fast
+
+# the scan kernel, launched directly after its first launch per specialisation
+_scan_kernel = fast(lookback_kernels.lookback_scan)
 
 # register budget, in tile elements per thread.  ptxas for sm_90 (Triton 3.9 PTX, bf16):
 # 8 per thread -> forward ~96-113 registers, backward ~144-185, no spills; 16 per thread ->
@@ -312,10 +317,7 @@ class LookbackPlan:
 
     @classmethod
     def of(cls, cfg: LookbackConfig, window: Optional[int] = None) -> "LookbackPlan":
-        decoupled = cfg.lookback == "decoupled"
-        return cls(cfg.chunk, cfg.block_m, cfg.num_warps, decoupled,
-                   cfg.window if window is None else window, cfg.sub, cfg.inner == "loop",
-                   cfg.rows, cfg.lookback_width if decoupled else 1, cfg.stages)
+        return _plan_of(cls, cfg, window)
 
     @property
     def atomic(self) -> bool:
@@ -332,6 +334,15 @@ class LookbackPlan:
         the rebased pointers raise ptxas's registers from 128 to 161-163 (one program fewer
         per SM) and the H200 timed it 5-17% slower (scripts/results/NVIDIA-H200/s14b)."""
         return not (reverse and self.rows == 2 and lanes_per_thread(self) > 2)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan_of(cls, cfg: LookbackConfig, window: Optional[int]) -> LookbackPlan:
+    """:meth:`LookbackPlan.of`, memoized per (frozen) config: a call's plan costs a lookup."""
+    decoupled = cfg.lookback == "decoupled"
+    return cls(cfg.chunk, cfg.block_m, cfg.num_warps, decoupled,
+               cfg.window if window is None else window, cfg.sub, cfg.inner == "loop",
+               cfg.rows, cfg.lookback_width if decoupled else 1, cfg.stages)
 
 
 def m_align(plan: LookbackPlan, M: int) -> int:
@@ -364,7 +375,7 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
     carry = torch.empty(_carry_words(B, L, M, plan), dtype=torch.float32, device=dev)
     if sync is None:
         sync = torch.zeros(_head_words(B, L, M, plan), dtype=torch.int32, device=dev)
-    lookback_kernels.lookback_scan[(slots,)](
+    _scan_kernel[(slots,)](
         sync, carry, eta, delta, nu_log, theta_log, seg, ctl, gamma, o, xw, p_gamma, x[0], x[1],
         h0[0], h0[1], y[0], y[1], end[0], end[1], gx[0], gx[1], gh0[0], gh0[1], p_ctl[0],
         p_ctl[1], p_spec[0], p_spec[1],
@@ -377,19 +388,20 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
         MAKE_TABLE=make_table, num_warps=plan.num_warps, **LAUNCH_OPTIONS)
 
 
-@dataclass
 class _Zeroed:
     """The zeroed buffers of a forward and, when training, of its backward, cut from one
-    allocation (one fill launch for both directions): the forward's head, the backward's
-    head and, under ``plan.atomic``, the backward's gradient accumulators (fp32 views:
-    controls 2 x [B, L], spectrum 2 x [M], and gamma [M] for the fused layer)."""
+    allocation (one fill launch for both directions): the forward's head and, when
+    training, the backward's head and, under ``plan.atomic``, its gradient accumulators
+    (fp32: controls 2 x [B, L], spectrum 2 x [M], and gamma [M] for the fused layer).  The
+    backward's views are cut when the backward runs (:meth:`for_backward`): each view costs
+    host time, and a gradient view kept referenced here would make autograd copy it."""
 
-    fwd_sync: torch.Tensor
-    bwd_sync: Optional[torch.Tensor] = None
-    g_ctl: tuple = (None, None)
-    g_spec: tuple = (None, None)
-    g_gamma: Optional[torch.Tensor] = None
-    used: bool = False
+    __slots__ = ("zeroed", "fwd_sync", "head", "training", "fused", "used")
+
+    def __init__(self, zeroed: torch.Tensor, head: int, training: bool, fused: bool) -> None:
+        self.zeroed, self.head, self.training, self.fused = zeroed, head, training, fused
+        self.fwd_sync = zeroed[:head] if training else zeroed
+        self.used = False
 
     @classmethod
     def of(cls, plan: LookbackPlan, B: int, L: int, M: int, device: torch.device,
@@ -398,26 +410,36 @@ class _Zeroed:
         ctl_w, spec_w = _grad_words(B, L, M, fused) if training and plan.atomic else (0, 0)
         zeroed = torch.zeros(head * (2 if training else 1) + 2 * ctl_w + spec_w,
                              dtype=torch.int32, device=device)
-        if not training:
-            return cls(zeroed)
-        work = cls(zeroed[:head], zeroed[head:2 * head])
-        if plan.atomic:
-            acc = zeroed[2 * head:].view(torch.float32)
-            m_w = _words16(M)
-            work.g_ctl = (acc[:B * L].view(B, L), acc[ctl_w:ctl_w + B * L].view(B, L))
-            spec = acc[2 * ctl_w:]
-            work.g_spec = (spec[:M], spec[m_w:m_w + M])
-            if fused:
-                work.g_gamma = spec[2 * m_w:2 * m_w + M]
-        return work
+        return cls(zeroed, head, training, fused)
 
     def for_backward(self, plan: LookbackPlan, B: int, L: int, M: int, device: torch.device,
-                     fused: bool = False) -> "_Zeroed":
-        """These buffers for the first backward; fresh zeroed ones for another backward of
-        the same graph (retain_graph: the first one has written statuses and sums)."""
+                     fused: bool = False) -> "_Backward":
+        """The backward's head and accumulators: these buffers for the first backward; fresh
+        zeroed ones for another backward of the same graph (retain_graph: the first one has
+        written statuses and sums)."""
         work = self if not self.used else _Zeroed.of(plan, B, L, M, device, True, fused)
-        work.used = True
-        return work
+        self.used = True
+        head, zeroed = work.head, work.zeroed
+        out = _Backward(zeroed[head:2 * head])
+        if plan.atomic:
+            acc = zeroed.view(torch.float32)     # offsets below count from its storage's start
+            at = zeroed.storage_offset() + 2 * head
+            ctl_w, m_w = _words16(B * L), _words16(M)
+            out.g_ctl = acc.as_strided((2, B, L), (ctl_w, L, 1), at).unbind(0)
+            out.g_spec = acc.as_strided((2, M), (m_w, 1), at + 2 * ctl_w).unbind(0)
+            if fused:
+                out.g_gamma = acc.as_strided((M,), (1,), at + 2 * ctl_w + 2 * m_w)
+        return out
+
+
+@dataclass
+class _Backward:
+    """A backward launch's zeroed head and (``plan.atomic``) gradient accumulators."""
+
+    bwd_sync: torch.Tensor
+    g_ctl: tuple = (None, None)
+    g_spec: tuple = (None, None)
+    g_gamma: Optional[torch.Tensor] = None
 
 
 def _table(plan: LookbackPlan, B: int, L: int, device: torch.device) -> Optional[torch.Tensor]:
@@ -428,7 +450,7 @@ def _table(plan: LookbackPlan, B: int, L: int, device: torch.device) -> Optional
     return _alloc.empty(B * L, controls.TABLE_COLS.value, dtype=torch.float32, device=device)
 
 
-def _grad_buffers(plan: LookbackPlan, work: _Zeroed, B: int, L: int, M: int,
+def _grad_buffers(plan: LookbackPlan, work: "_Backward", B: int, L: int, M: int,
                   device: torch.device, fused: bool = False):
     """The backward's gradient outputs: the zeroed accumulators of ``work`` (atomic), else
     per-program partials (controls [B, L, n_mtiles], spectrum and gamma [B, n_chunks, M])."""
@@ -472,15 +494,16 @@ class _LookbackScan(torch.autograd.Function):
     """Autograd of the look-back scan; outputs (out_r, out_i, last_r, last_i)."""
 
     @staticmethod
+    def saves_table(plan: LookbackPlan) -> bool:
+        """Whether the forward saves the control table [B L, 4] fp32 for backward (loop)."""
+        return plan.loop
+
+    @staticmethod
     def forward(ctx, plan: LookbackPlan, seg: Optional[torch.Tensor], eta, delta, nu_log,
                 theta_log, br, bi, h0_r, h0_i):
         B, L, M = br.shape
-        # one allocation per pair (host time: a torch.empty is ~5 us on an H200 host)
-        if br.dtype == bi.dtype:
-            out_r, out_i = _grads.Stacked.empty(B, L, M, dtype=br.dtype, device=br.device)
-        else:
-            out_r, out_i = _alloc.empty_like(br), _alloc.empty_like(bi)
-        last_r, last_i = _grads.Stacked.empty(B, M, dtype=torch.float32, device=br.device)
+        out_r, out_i = _grads.output_pair(ctx, br, bi)
+        last_r, last_i = _grads.pair(ctx, B, M, dtype=torch.float32, device=br.device)
         training = not isinstance(ctx, _grads._NoGradContext)
         work = _Zeroed.of(plan, B, L, M, br.device, training)
         # the loop walk's control table, written by the forward kernel, reused by backward
@@ -507,7 +530,8 @@ class _LookbackScan(torch.autograd.Function):
         d_out, d_last = _incoming(d_out_r, d_out_i, d_last_r, d_last_i, out_r)
         grad_b, gh0 = _grads.grad_outputs((B, L, M), (br_dtype, bi_dtype), h0_r is not None,
                                           dev)
-        work = ctx.work.for_backward(plan, B, L, M, dev)
+        work = (ctx.work.for_backward(plan, B, L, M, dev) if hasattr(ctx, "work")
+                else _Zeroed.of(plan, B, L, M, dev, True).for_backward(plan, B, L, M, dev))
         g_ctl, g_spec, _ = _grad_buffers(plan, work, B, L, M, dev)
         _launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
                 seg=seg, x=d_out, h0=(h0_r, h0_i), y=(out_r, out_i), end=d_last, gx=grad_b,
@@ -540,6 +564,7 @@ STRATEGY = register(Strategy(
     workspace_bytes=workspace_bytes,
     priority=11,
     modules=(sys.modules[__name__], *KERNEL_MODULES),
+    autograd=lambda cfg: (_LookbackScan, LookbackPlan.of(cfg)),
 ))
 
 
@@ -570,11 +595,13 @@ class _FusedLayer(torch.autograd.Function):
         M = width // 2
         c = controller.forward(x, dirs, scales, table=True, seg=seg)
         y = torch.empty_like(x)
-        last_r, last_i = _grads.Stacked.empty(B, M, dtype=torch.float32, device=x.device)
-        save = not isinstance(ctx, _grads._NoGradContext)
-        h_r, h_i = (_grads.Stacked.empty(B, L, M, dtype=x.dtype, device=x.device) if save
+        last_r, last_i = _grads.pair(ctx, B, M, dtype=torch.float32, device=x.device)
+        save = _grads.training(ctx)
+        h_r, h_i = (_grads.pair(ctx, B, L, M, dtype=x.dtype, device=x.device) if save
                     else (None, None))
-        work = _Zeroed.of(plan, B, L, M, x.device, save, fused=True)
+        # an operator's backward zeroes its own buffers (ctx.separate)
+        work = _Zeroed.of(plan, B, L, M, x.device, save and not getattr(ctx, "separate", False),
+                          fused=True)
         _launch(plan, False, B, L, M, eta=c.eta, delta=c.delta, nu_log=nu_log,
                 theta_log=theta_log, seg=seg, x=(x, None), h0=(h0_r, h0_i), y=(h_r, h_i),
                 end=(last_r, last_i), ctl=c.table, gamma=gamma, o=y, save_h=save,
@@ -602,7 +629,9 @@ class _FusedLayer(torch.autograd.Function):
         grad_x = torch.empty_like(x)
         gh0 = (_grads.Stacked.empty(B, M, dtype=torch.float32, device=dev)
                if h0_r is not None else (None, None))
-        work = ctx.work.for_backward(plan, B, L, M, dev, fused=True)
+        work = (ctx.work.for_backward(plan, B, L, M, dev, fused=True) if hasattr(ctx, "work")
+                else _Zeroed.of(plan, B, L, M, dev, True, fused=True).for_backward(
+                    plan, B, L, M, dev, fused=True))
         g_ctl, g_spec, g_gamma = _grad_buffers(plan, work, B, L, M, dev, fused=True)
         _launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
                 seg=seg, x=(d_y, None), h0=(h0_r, h0_i), y=(h_r, h_i), end=d_last,

@@ -39,4 +39,5 @@ STRATEGY = register(Strategy(
     workspace_bytes=workspace_bytes,
     priority=0,
     modules=(sys.modules[__name__], serial, serial_kernels, decay, complex_math, tile),
+    autograd=lambda cfg: (serial._SerialScan, SerialPlan.of(cfg, precomputed=True)),
 ))

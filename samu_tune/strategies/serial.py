@@ -24,6 +24,10 @@ from ..registry import Capability, Strategy, register
 from ..tensors import ScanInputs, ScanOutput
 from . import _alloc, _grads
 from ..launch_options import LAUNCH_OPTIONS
+from ..launcher import fast
+
+# the scan kernel, launched directly after its first launch per specialisation
+_scan_kernel = fast(serial_kernels.serial_scan)
 
 # radial_decay tile: 8 tokens x 128 modes, 8 elements per thread at 4 warps
 _DECAY_ROWS, _DECAY_MODES, _DECAY_WARPS = 8, 128, 4
@@ -96,7 +100,7 @@ def _launch(plan: SerialPlan, reverse: bool, B: int, L: int, M: int, *, eta, del
             theta_log, seg, rho, x, h0, y, end, gx=(None, None), gh0=(None, None),
             p_ctl=(None, None), p_spec=(None, None)) -> None:
     nmb = n_mode_blocks(M, plan.block_m)
-    serial_kernels.serial_scan[(B * nmb,)](
+    _scan_kernel[(B * nmb,)](
         eta, delta, nu_log, theta_log, seg, rho, x[0], x[1], h0[0], h0[1], y[0], y[1],
         end[0], end[1], gx[0], gx[1], gh0[0], gh0[1], p_ctl[0], p_ctl[1], p_spec[0], p_spec[1],
         L, M, nmb,
@@ -145,6 +149,8 @@ class _SerialScan(torch.autograd.Function):
         d_out, d_last, grad_b, gh0 = _grads.backward_buffers(
             d_out_r, d_out_i, d_last_r, d_last_i, (B, L, M), (br_dtype, bi_dtype),
             h0_r is not None, dev)
+        if plan.precomputed and rho is None:   # not kept by the caller: computed again
+            rho = radial_decay(eta, nu_log, M)
         p_ctl, p_spec = _grads.partials(B, L, n_mode_blocks(M, plan.block_m), (B, M), dev)
         _launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
                 seg=seg, rho=rho, x=d_out, h0=(h0_r, h0_i), y=(out_r, out_i), end=d_last,
@@ -177,4 +183,5 @@ STRATEGY = register(Strategy(
     workspace_bytes=workspace_bytes,
     priority=10,
     modules=(sys.modules[__name__], *KERNEL_MODULES),
+    autograd=lambda cfg: (_SerialScan, SerialPlan.of(cfg, precomputed=False)),
 ))
