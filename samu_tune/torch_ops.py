@@ -63,19 +63,17 @@ def _strategy_arg(text: str):
 
 
 def _owned(outputs: tuple, inputs: tuple = ()) -> tuple:
-    """``outputs`` with every tensor that shares storage with an input or an earlier output,
-    or is a strided or offset view (the fake implementations give fresh contiguous tensors),
-    replaced by a contiguous copy (an operator's outputs may not alias)."""
-    seen = {t.untyped_storage().data_ptr() for t in inputs
-            if isinstance(t, Tensor) and t.numel()}
+    """``outputs`` with every tensor that is an offset or strided view (the fake
+    implementations give fresh contiguous tensors; two views of one allocation are offset
+    from each other) or starts where an input or an earlier output starts, replaced by a
+    contiguous copy: an operator's outputs may not alias each other or its inputs."""
+    seen = {t.data_ptr() for t in inputs if isinstance(t, Tensor) and t.numel()}
     out = []
     for t in outputs:
         if isinstance(t, Tensor) and t.numel():
-            ptr = t.untyped_storage().data_ptr()
-            if ptr in seen or t.storage_offset() or not t.is_contiguous():
+            if t.storage_offset() or not t.is_contiguous() or t.data_ptr() in seen:
                 t = t.clone(memory_format=torch.contiguous_format)
-                ptr = t.untyped_storage().data_ptr()
-            seen.add(ptr)
+            seen.add(t.data_ptr())
         out.append(t)
     return tuple(out)
 
