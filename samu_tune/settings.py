@@ -26,6 +26,9 @@ class Settings(BaseModel):
         False, description="also check that the spectrum is finite (one device sync per call)")
     tune_budget_s: float = Field(
         25.0, gt=0, description="time budget of one online tuning (a new shape tunes in < 30 s)")
+    compile_workers: Optional[int] = Field(
+        None, ge=0, description="worker processes compiling and verifying tuning candidates "
+        "ahead of timing (default none; see samu_tune.compile_pool)")
     verbose: bool = Field(False, description="log dispatch decisions")
     poison: bool = Field(
         False, description="fill fresh output buffers with NaN so unwritten elements show (tests)")

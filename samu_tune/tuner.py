@@ -119,9 +119,11 @@ class Candidate(BaseModel):
     the first measurement, which is kept in ``screen_ms``).  On CUDA these are GPU times and
     ``host_ms`` is the median host time of one call (dispatch and launches, not synchronised;
     see :mod:`samu_tune.timing`): a call with ``host_ms > time_ms`` is launch-bound when run
-    alone.  ``verified_on`` is the key of the problem verification ran on; ``warmup_s`` the
-    first call at the real shape (compile cost); ``wall_s`` the whole evaluation (verification,
-    first call, samples).
+    alone.  ``verified_on`` is the key of the problem verification ran on, ``verified_in``
+    where (``"worker"``: a compile-pool worker, :mod:`samu_tune.compile_pool`, its seconds in
+    ``verify_s``; None: the tuning process); ``warmup_s`` the first call at the real shape
+    (compile cost, unless a worker compiled it); ``wall_s`` the whole evaluation (waiting for
+    the worker or verifying, first call, samples).
     """
 
     strategy: str
@@ -134,6 +136,7 @@ class Candidate(BaseModel):
     host_ms: Optional[float] = None
     reason: Optional[str] = None
     verified_on: Optional[str] = None
+    verified_in: Optional[Literal["worker"]] = None
     verify_s: float = 0.0
     warmup_s: float = 0.0
     wall_s: float = 0.0
@@ -213,8 +216,9 @@ class _Search:
     def __init__(self, problem: Problem, dev: DeviceInfo, torch_device: torch.device, *,
                  seed: int, budget_s: Optional[float], max_configs: Optional[int],
                  reps: Optional[int], progress: Optional[ProgressFn],
-                 max_workspace_bytes: Optional[int]):
+                 max_workspace_bytes: Optional[int], pool=None):
         self.problem, self.dev, self.device = problem, dev, torch_device
+        self.pool = pool     # CompilePool: candidates compiled and verified ahead, or None
         self.spec = opspec.of(problem)
         self.seed, self.budget_s, self.max_configs, self.reps = seed, budget_s, max_configs, reps
         self.progress = progress
@@ -248,6 +252,14 @@ class _Search:
     @staticmethod
     def key(strategy: Strategy, config: BaseModel) -> tuple[str, str]:
         return strategy.name, repr(sorted(config_json(config).items()))
+
+    def prefetch(self, items: list[tuple[Strategy, BaseModel]]) -> None:
+        """Hand the candidates the search is about to evaluate to the compile pool."""
+        if self.pool is None:
+            return
+        for strategy, config in items:
+            if self.key(strategy, config) not in self.done:
+                self.pool.submit(strategy.name, config_json(config))
 
     # -- one candidate ----------------------------------------------------------------------
     def evaluate(self, strategy: Strategy, config: BaseModel, phase: Phase, index: int,
@@ -289,9 +301,29 @@ class _Search:
         def fn(inputs):
             return strategy.run(inputs, config)
 
-        # verification on a small problem against the float64 reference
+        # verification on a small problem against the float64 reference: a compile-pool
+        # worker's verdict, else here
         spec = self.spec
-        vproblem = spec.verification_problem(problem, strategy, config, self.dev)
+        verdict = (self.pool.verdict(strategy.name, config_json(config))
+                   if self.pool is not None else None)
+        if verdict is not None:
+            cand.verified_on, cand.verify_s = verdict.verified_on, verdict.seconds
+            cand.verified_in = "worker"
+            if verdict.failure is not None:
+                cand.reason = verdict.failure
+                return cand
+        else:
+            failure = self._verify(strategy, config, fn, cand)
+            if failure is not None:
+                cand.reason = failure if failure.startswith("verification raised") \
+                    else f"wrong result: {failure}"
+                return cand
+        return self._time(strategy, config, fn, cand)
+
+    def _verify(self, strategy: Strategy, config: BaseModel, fn, cand: Candidate
+                ) -> Optional[str]:
+        spec = self.spec
+        vproblem = spec.verification_problem(self.problem, strategy, config, self.dev)
         cand.verified_on = vproblem.key()
         t = time.monotonic()
         try:
@@ -305,12 +337,11 @@ class _Search:
             failure = _reason("verification raised", exc)
             self._recover(exc)
         cand.verify_s = time.monotonic() - t
-        if failure is not None:
-            cand.reason = failure if failure.startswith("verification raised") \
-                else f"wrong result: {failure}"
-            return cand
+        return failure
 
-        # timing at the real shape
+    def _time(self, strategy: Strategy, config: BaseModel, fn, cand: Candidate) -> Candidate:
+        """Time a verified candidate at the real shape."""
+        problem = self.problem
         try:
             step = self.step()
             t = time.monotonic()
@@ -397,6 +428,7 @@ def _coordinate_descent(search: _Search, strategy: Strategy, start: BaseModel,
 
     def evaluate_all(configs: list[BaseModel]) -> bool:
         todo = [c for c in configs if search.key(strategy, c) not in search.done]
+        search.prefetch([(strategy, c) for c in todo])
         for i, cfg in enumerate(todo):
             left = search.left()
             total = len(todo) if left is None else min(len(todo), i + left)
@@ -432,7 +464,7 @@ def tune(problem: Problem, mode: Optional[Literal["train", "forward"]] = None, *
          prior_top: int = 5, refine_top: int = 2, retime_top: int = 3, retime_rounds: Optional[int] = None,
          reps: Optional[int] = None, seed: int = 0, progress: Optional[ProgressFn] = None,
          device: torch.device | str | None = None, max_workspace_bytes: Optional[int] = None,
-         save: bool = False) -> TuneResult:
+         save: bool = False, compile_workers: Optional[int] = None) -> TuneResult:
     """Find the fastest correct (strategy, config) for ``problem`` (a :class:`ScanProblem`, a
     :class:`DecodeProblem`: any op with a spec in :mod:`samu_tune.opspec`).
 
@@ -449,6 +481,9 @@ def tune(problem: Problem, mode: Optional[Literal["train", "forward"]] = None, *
     called at each candidate's start and finish.  ``device``: the CUDA device (default: the
     current one) for a CUDA problem.  ``max_workspace_bytes`` skips candidates needing more
     workspace (default on CUDA: half the free memory).  ``save`` stores the winner in the cache.
+    ``compile_workers``: processes compiling and verifying candidates ahead of timing
+    (:mod:`samu_tune.compile_pool`; default ``SAMU_TUNE_COMPILE_WORKERS``, else none;
+    :func:`samu_tune.compile_pool.suggested_workers` gives a size for a machine).
     """
     fields = type(problem).model_fields
     if mode is not None:
@@ -476,50 +511,22 @@ def tune(problem: Problem, mode: Optional[Literal["train", "forward"]] = None, *
         raise ValueError(f"max_configs must be >= 1, got {max_configs}")
     dev = device_info(torch_device)
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    search = _Search(problem, dev, torch_device, seed=seed, budget_s=budget_s,
-                     max_configs=max_configs, reps=reps, progress=progress,
-                     max_workspace_bytes=max_workspace_bytes)
-
     pairs = registry.eligible(problem, dev, names=strategies)
     ineligible = {s.name: r for s, r in pairs if r}
     runnable = [s for s, r in pairs if not r]
     spaces = {s.name: s.configs(problem) for s in runnable}
     skipped: list[Candidate] = []
-
-    if exhaustive:
-        plan = [(s, c) for s in runnable for c in _default_first(s, spaces[s.name], problem)]
-        for i, (s, cfg) in enumerate(plan):
-            if search.evaluate(s, cfg, "exhaustive", i + 1, len(plan)) is None:
-                skipped = [Candidate(strategy=s2.name, config=config_json(c2), phase="exhaustive",
-                                     status="skipped", reason=f"not timed: {search.stopped} reached")
-                           for s2, c2 in plan[i:]]
-                break
-    else:
-        priors = _priors(problem, dev, runnable, spaces, prior_top)
-        for i, (s, cfg) in enumerate(priors):
-            if search.evaluate(s, cfg, "prior", i + 1, len(priors)) is None:
-                break
-        # fallbacks (negative priority: the torch reference) only when nothing else ran; the
-        # float64 reference costs seconds per call at real shapes
-        main = [s for s in runnable if s.priority >= 0]
-        fallbacks = [s for s in runnable if s.priority < 0]
-        for i, s in enumerate(main + fallbacks):
-            if search.stopped:
-                break
-            if s.priority < 0 and any(c.status == "ok" for c in search.order):
-                continue
-            ordered = _default_first(s, spaces[s.name], problem)
-            # a strategy whose default fails gets one more try with its next config
-            for cfg in ordered[:2]:
-                cand = search.evaluate(s, cfg, "screen", i + 1, len(main + fallbacks))
-                if cand is None or cand.status == "ok":
-                    break
-            if cand is None:
-                break
-        for s, cfg in _best_per_strategy(search, runnable)[:max(0, refine_top)]:
-            if search.stopped:
-                break
-            _coordinate_descent(search, s, cfg, spaces[s.name])
+    search = _Search(problem, dev, torch_device, seed=seed, budget_s=budget_s,
+                     max_configs=max_configs, reps=reps, progress=progress,
+                     max_workspace_bytes=max_workspace_bytes,
+                     pool=_compile_pool(problem, torch_device, seed, compile_workers,
+                                        sum(len(v) for v in spaces.values())))
+    try:
+        _search(search, problem, dev, runnable, spaces, skipped, exhaustive=exhaustive,
+                prior_top=prior_top, refine_top=refine_top)
+    finally:
+        if search.pool is not None:
+            search.pool.close()
 
     ranked = sorted((c for c in search.order if c.status == "ok"), key=lambda c: c.time_ms)
     search.retime(ranked[:max(0, retime_top)], retime_rounds)
@@ -539,6 +546,67 @@ def tune(problem: Problem, mode: Optional[Literal["train", "forward"]] = None, *
         from . import cache
         cache.record(result)
     return result
+
+
+def _compile_pool(problem: Problem, device: torch.device, seed: int,
+                  workers: Optional[int], candidates: int):
+    """The tune's :class:`~samu_tune.compile_pool.CompilePool`, or None (no workers asked
+    for, a single candidate, or the pool cannot start)."""
+    from . import compile_pool
+    from .settings import settings
+    if workers is None:
+        workers = settings().compile_workers or 0
+    workers = min(workers, candidates)
+    if workers < 1 or candidates < 2:
+        return None
+    try:
+        return compile_pool.CompilePool(problem, device, seed, workers)
+    except Exception:     # no process pool here: compile in the tuning process
+        return None
+
+
+def _search(search: _Search, problem: Problem, dev: DeviceInfo, runnable: list[Strategy],
+            spaces: dict[str, list[BaseModel]], skipped: list[Candidate], *, exhaustive: bool,
+            prior_top: int, refine_top: int) -> None:
+    """The candidates of a tune, evaluated into ``search`` (see :func:`tune`)."""
+    if exhaustive:
+        plan = [(s, c) for s in runnable for c in _default_first(s, spaces[s.name], problem)]
+        search.prefetch(plan)
+        for i, (s, cfg) in enumerate(plan):
+            if search.evaluate(s, cfg, "exhaustive", i + 1, len(plan)) is None:
+                skipped += [Candidate(strategy=s2.name, config=config_json(c2),
+                                      phase="exhaustive", status="skipped",
+                                      reason=f"not timed: {search.stopped} reached")
+                            for s2, c2 in plan[i:]]
+                break
+    else:
+        priors = _priors(problem, dev, runnable, spaces, prior_top)
+        main = [s for s in runnable if s.priority >= 0]
+        search.prefetch(priors + [(s, c) for s in main
+                                  for c in _default_first(s, spaces[s.name], problem)[:1]])
+        for i, (s, cfg) in enumerate(priors):
+            if search.evaluate(s, cfg, "prior", i + 1, len(priors)) is None:
+                break
+        # fallbacks (negative priority: the torch reference) only when nothing else ran; the
+        # float64 reference costs seconds per call at real shapes
+        fallbacks = [s for s in runnable if s.priority < 0]
+        for i, s in enumerate(main + fallbacks):
+            if search.stopped:
+                break
+            if s.priority < 0 and any(c.status == "ok" for c in search.order):
+                continue
+            ordered = _default_first(s, spaces[s.name], problem)
+            # a strategy whose default fails gets one more try with its next config
+            for cfg in ordered[:2]:
+                cand = search.evaluate(s, cfg, "screen", i + 1, len(main + fallbacks))
+                if cand is None or cand.status == "ok":
+                    break
+            if cand is None:
+                break
+        for s, cfg in _best_per_strategy(search, runnable)[:max(0, refine_top)]:
+            if search.stopped:
+                break
+            _coordinate_descent(search, s, cfg, spaces[s.name])
 
 
 def _priors(problem: Problem, dev: DeviceInfo, runnable: list[Strategy],
