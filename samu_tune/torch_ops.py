@@ -219,10 +219,20 @@ def scan(inputs: ScanInputs, strategy="auto") -> ScanOutput:
 
 def _layer_config(x: Tensor, seg: Optional[Tensor], has_state: bool, scan_strategy: str,
                   needs_grad: bool):
+    """The fused layer's loop-inner config for this call: the eager path's choice, else (a
+    sequence too short for the loop configs' pruning, met by a graph traced with symbolic
+    sizes) the choice for 64 tokens of the same B and M: a loop walk is correct for any L
+    (a chunk longer than L is one partial chunk)."""
     from .layer import fused
-    cfg = fused.config_for(x, seg, has_state, _strategy_arg(scan_strategy), needs_grad)
+    strategy = _strategy_arg(scan_strategy)
+    cfg = fused.config_for(x, seg, has_state, strategy, needs_grad)
     if cfg is None:
-        raise ValueError(f"the fused SAMU layer cannot run x of shape {list(x.shape)}")
+        B, L, width = x.shape
+        cfg = fused.config_for_call((B, max(L, 64), width), x.dtype, x.device, seg is not None,
+                                    has_state, strategy, needs_grad)
+    if cfg is None:
+        raise ValueError(f"the fused SAMU layer cannot run x of shape {list(x.shape)} "
+                         "(2M must exceed 128)")
     return cfg
 
 

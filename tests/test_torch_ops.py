@@ -345,3 +345,27 @@ def test_opcheck_linear_operators():
                torch.randn_like(last_r), None, args[0], args[1], out_r,
                out_i if complex_ else None, args[4], args[5], args[6], args[8])
         torch.library.opcheck(torch.ops.samu_tune.linear_bwd.default, bwd)
+
+
+def test_dynamic_shapes_compile_once_and_run_every_size():
+    """dynamic=True: one graph for several B and L (short sequences included: the fused
+    operators run loop walks of any length), equal to eager calls."""
+    layer = _layer()
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: layer(x)[0], fullgraph=True, backend="aot_eager", dynamic=True)
+    step = torch.compile(lambda x, s: layer.step(x, s), fullgraph=True, backend="aot_eager",
+                         dynamic=True)
+    g = torch.Generator().manual_seed(8)
+    for B, L in ((1, 40), (3, 33), (2, 5)):
+        x = torch.randn(B, L, 160, generator=g).requires_grad_(True)
+        got = f(x)
+        (gx,) = torch.autograd.grad(got.sum(), x)
+        want = layer(x)[0]
+        (wx,) = torch.autograd.grad(want.sum(), x)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(gx, wx, rtol=1e-4, atol=1e-5)
+        with torch.no_grad():
+            x1 = torch.randn(B, 160, generator=g)
+            s = (torch.randn(B, 80, generator=g), torch.randn(B, 80, generator=g))
+            for a, b in zip(step(x1, s), layer.step(x1, s)):
+                torch.testing.assert_close(a, b, rtol=0, atol=0)

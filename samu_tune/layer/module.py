@@ -124,7 +124,7 @@ class SAMU(nn.Module):
         if cu_seqlens is None and self.strategy != "unfused":
             if dispatch._is_compiling():
                 done = _fused_traced(self.strategy, x, params, state, segment_pos,
-                                     self.scan_strategy)
+                                     self.scan_strategy, self.modes)
             else:
                 done = _fused_or_none(self.strategy, x, params, state, segment_pos,
                                       self.scan_strategy, self._fused_operands)
@@ -220,10 +220,11 @@ def _runs_fused(strategy: str, B: int, L: int, M: int, dtype: str, device: str, 
 
 
 def _fused_traced(strategy: str, x: torch.Tensor, params: SAMUParams, state: Optional[State],
-                  segment_pos: Optional[torch.Tensor], scan_strategy
+                  segment_pos: Optional[torch.Tensor], scan_strategy, modes: int
                   ) -> Optional[tuple[torch.Tensor, State]]:
     """:func:`_fused_or_none` under torch.compile: the fused kernels as the operators of
-    :mod:`samu_tune.torch_ops` (no graph break), the parameter operands traced."""
+    :mod:`samu_tune.torch_ops` (no graph break), the parameter operands traced.  ``modes``:
+    the layer's M as a Python int (x's sizes may be symbolic)."""
     from .. import torch_ops
     B, L, width = x.shape
     if any(p.dtype != torch.float32 for p in params):
@@ -236,7 +237,10 @@ def _fused_traced(strategy: str, x: torch.Tensor, params: SAMUParams, state: Opt
             tuple(h.shape) != (B, width // 2) or h.device != x.device for h in state):
         return None
     text = torch_ops.strategy_string(scan_strategy)
-    if not _runs_fused(strategy, B, L, width // 2, str(x.dtype), str(x.device),
+    # decided for M, dtypes and features (the graph's structure may not depend on sizes that
+    # can be symbolic): the choice for a long sequence; the operators choose the loop config
+    # for the real B and L inside, and run every B and L (torch_ops._layer_config)
+    if not _runs_fused(strategy, 1, 1024, modes, str(x.dtype), str(x.device),
                        segment_pos is not None, state is not None,
                        needs_grad(x, params, state), text):
         return None
