@@ -5,9 +5,9 @@ before it, ``end`` after), taken right after a write of a buffer larger than L2 
 served from a warm cache) and on the next input set of a small pool of fresh random inputs; the
 statistic is the median.  The events time the GPU's stream, so the GPU must never wait for the
 host inside ``[start, end]``: a call's host side (Python dispatch, autograd, Triton's launch of
-a many-argument kernel: 0.1-0.9 ms per call measured on an H200) can be longer than its kernels
-at small shapes, and a plain "flush, record, call, record" then times the host (it read 0.20 ms
-for a 0.08 ms forward).  So every sample is enqueued behind a GPU busy-wait
+a many-argument kernel: 0.1-0.9 ms per call on an H200) can be longer than its kernels at
+small shapes, and a plain "flush, record, call, record" then times the host
+(docs/performance.md).  So every sample is enqueued behind a GPU busy-wait
 (``torch.cuda._sleep``): with the stream idle (synchronised before each sample)::
 
     host:  sleep(S) | flush | record start | call ........... | record end

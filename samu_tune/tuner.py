@@ -413,9 +413,9 @@ class _Search:
 def _coordinate_descent(search: _Search, strategy: Strategy, start: BaseModel,
                         space: list[BaseModel]) -> None:
     """Improve ``start`` one config field at a time until no field improves; then try every
-    config two fields away from the best (fields interact: on the H200 the look-back scan at
-    (16, 2048, 512) training ran 128x32 tiles at 4 warps in 0.52 ms, 64x32 at 4 warps in
-    1.16 ms, 64x32 at 2 warps in 0.44 ms) and, when one is faster, descend again from it."""
+    config two fields away from the best (fields interact: a look-back config two fields away
+    can win where each one-field step loses, docs/performance.md) and, when one is faster,
+    descend again from it."""
     fields = list(strategy.config_model.model_fields)
     best = start
 

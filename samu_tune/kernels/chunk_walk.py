@@ -24,15 +24,14 @@ copy waits for its load, so loads issued more than one step ahead would be waite
 one step anyway.  Deeper is shared memory's job: with PREFETCH off and NUM_STAGES N > 1
 (the look-back's ``stages`` config), Triton's pipeliner stages the next N - 1 steps' row and
 control loads in shared memory through cp.async (Triton 3.6 PTX: all of them, ROWS 1 and 2,
-both walks); each stage costs registers (ptxas sm_90, forward, 4 lanes, two rows: 119
-unstaged, 124 / 146 / 167 at 2 / 4 / 6 stages).
+both walks); each stage costs registers (ptxas sm_90: docs/performance.md).
 
 Addressing: the walks rebase their pointers at the chunk's first token once
 (:func:`_chunk_base`) and index steps by int32 distance (:func:`_dist`), or with REBASE off
-by token, as before (64-bit products per row and pointer).  Per element on sm_90 (SASS,
-64x256x2 rows 2 forward, summary + replay) the rebased pointers, the exp2 radius of
+by token (64-bit products per row and pointer).  The rebased pointers, the exp2 radius of
 :func:`~samu_tune.kernels.complex_math.transition_cs` and the contracted
-:func:`~samu_tune.kernels.complex_math.cmul_add` take 67 instructions down to 48.
+:func:`~samu_tune.kernels.complex_math.cmul_add` cut the instructions per element by about a
+quarter on sm_90 (SASS: docs/performance.md).
 """
 import triton
 import triton.language as tl
@@ -346,8 +345,8 @@ def _replay_step(sr, si, nr, ni, acc_nu, acc_delta, acc_gamma, tok_eta, tok_delt
     partials and they pass through.  STAGED (the walk runs under the software pipeliner): the
     plain stores address pointer-first, (y + d M) + lane, an expression the row's load offset d
     M + lane does not share: the pipeliner would otherwise carry that [BLOCK_M] offset from the
-    load's stage to the store's, a vector of registers per stage in flight (ptxas sm_90, forward
-    64x256x2 two rows: 146 -> 126 registers at 4 stages)."""
+    load's stage to the store's, a vector of registers per stage in flight (about 20 registers
+    at 4 stages, ptxas sm_90: docs/performance.md)."""
     off = d * M + lane
     ar, ai, log_radius = _transition_of(c0, c1, c2, nu, cos_theta, sin_theta, HAS_RESETS, TABLE)
     if REVERSE:

@@ -39,13 +39,12 @@ its CHUNK * SUB rows one at a time on [BLOCK_M] vectors with a rolled loop, twic
 composes (P, Q) <- (A P, A Q + u) row by row, the replay runs h = A h + u from the carry
 (reverse: the adjoint and its gradients), re-reading the chunk's inputs and recomputing A.
 The re-read is served by L2 only while the chunks in flight fit it: at (8, 8192, 1024) on the
-H200 they do not (8 programs x 64 rows x 256 modes x 4 bytes per SM) and the forward reads
-its inputs twice from DRAM, 813 MB moved for 537 (Nsight Compute,
-scripts/results/NVIDIA-H200/s17).  A row's controls (e^eta, cos delta, sin delta, resets
-applied) come from a per-token table (:mod:`samu_tune.kernels.controls`) that the forward writes
-for its own chunk first (MAKE_TABLE; the SAMU controller writes it for the fused layer) and the
-backward reads again: no per-thread exp/cos/sin of the token (libdevice trig has a
-range-reduction loop, a branch the next row's loads cannot be hoisted over).  Both walks are the
+H200 they do not, and the forward reads its inputs twice from DRAM (docs/performance.md).
+A row's controls (e^eta, cos delta, sin delta, resets applied) come from a per-token table
+(:mod:`samu_tune.kernels.controls`) that the forward writes for its own chunk first
+(MAKE_TABLE; the SAMU controller writes it for the fused layer) and the backward reads again:
+no per-thread exp/cos/sin of the token (libdevice trig has a range-reduction loop, a branch
+the next row's loads cannot be hoisted over).  Both walks are the
 chunk family's (:mod:`samu_tune.kernels.chunk_walk`, same per-row contract as the tile replay:
 grad b, control gradients per token (partials per mode tile, or ATOMIC sums), spectrum gradients
 per lane, grad h0 in the chunk holding t = 0).  A thread holds a few [BLOCK_M / threads]-vectors
@@ -54,8 +53,7 @@ complex FMAs per lane.  STAGES 1: each walk step loads the next step's rows into
 (PREFETCH); STAGES N > 1: the walks' loop runs under Triton's software pipeliner with N stages,
 which stages the next N - 1 steps' rows and controls in shared memory with cp.async (PTX of
 Triton 3.6: every row and control load of both walks), more bytes in flight per program than
-registers could hold (H200: (8, 8192, 1024) forward 0.277 -> 0.246 ms at 64x256x2 rows 2,
-scripts/results/NVIDIA-H200/s15).
+registers could hold (about 10% faster at 64-step chunks on the H200: docs/performance.md).
 
 Backward (REVERSE=True), time walked from L-1 down (``tile_times``):
 g[t] = conj(A[t+1]) g[t+1] + dout[t], init = d final state; grad b = g;

@@ -14,13 +14,12 @@ by ``samu_tune.tune(DecodeProblem(B, M, dtype, device, initial_state))``.  ``"au
 through :func:`samu_tune.dispatch.choose` like the scan: the exact tuned key in the cache, the
 nearest tuned key in log-space of (B, M), the same two in the shipped table, the same without
 the state, then the rule (``reference`` where the kernels cannot run -- a plain CPU, float64
-x --, else ``blocked`` when M spans more than one mode tile, else ``single``: tuned on the
-H200 at B = 1..256, M = 512 and 1024, ``blocked`` won at every point, by 0-3% below B = 32 and
-by 6-20% from B = 32 up (scripts/results/NVIDIA-H200/s13/decode/tune_decode.json); those
+x --, else ``blocked`` when M spans more than one mode tile, else ``single``: ``blocked`` won
+every point tuned on the H200, B = 1..256 at M = 512 and 1024, see docs/performance.md; those
 winners are in the shipped table).
 
 Decode is host-bound (the kernel runs for a few microseconds), so the per-step host path is
-kept short (issue 7): a :class:`Decoder` (one per :class:`samu_tune.SAMU`) keeps
+kept short: a :class:`Decoder` (one per :class:`samu_tune.SAMU`) keeps
 
 - the parameters digested into one fp32 buffer (:func:`decode_constants`: nu, cos/sin theta,
   gamma, unit directions, amplitude scales), rebuilt only when a parameter's storage or

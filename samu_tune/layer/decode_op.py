@@ -1,5 +1,5 @@
 """The decode step as a tuned op: its strategies (``single``, ``blocked``, ``reference``) and
-its :class:`samu_tune.opspec.OpSpec` (issue 7).
+its :class:`samu_tune.opspec.OpSpec`.
 
 A :class:`~samu_tune.problem.DecodeProblem` (B, M, dtype, device, state given) is tuned like a
 scan problem (``samu_tune.tune(DecodeProblem(...))``), its winner stored in the same cache file

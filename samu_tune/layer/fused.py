@@ -105,13 +105,12 @@ def _loop_choice(decide, problem) -> Optional[BaseModel]:
 
 @functools.lru_cache(maxsize=256)
 def _fused_measured(cfg: BaseModel) -> BaseModel:
-    """``cfg`` within what the fused layer was measured at on a GPU: one row per walk step when
-    it walks two at more than 2 lanes per thread (the fused backward then needs 182 registers,
-    ptxas sm_90, Triton 3.6: 114 at one row; scripts/results/cpu-ptxas/
-    lookback_loop_rows_sm90.txt), and the register prefetch instead of software-pipeline
-    stages (the staged fused kernels pass the interpreter tests and compile for sm_90:
-    ``FUSED=1 scripts/lookback_registers.py``; not yet timed on a GPU).  The one-row unstaged fused layer
-    is the measured one (scripts/results/NVIDIA-H200/s13b/layer, s14b/fused)."""
+    """``cfg`` within the fused-layer configs timed on a GPU, the one-row unstaged walks: one
+    row per walk step when it walks two at more than 2 lanes per thread (two rows raise the
+    fused backward's registers by 60%, ptxas sm_90), and the register prefetch instead of
+    software-pipeline stages (the staged fused kernels pass the interpreter tests and compile
+    for sm_90, ``FUSED=1 scripts/lookback_registers.py``, but are not timed on a GPU).  The
+    measurements: docs/performance.md."""
     update = {}
     if cfg.rows > 1 and lookback.lanes_per_thread(cfg) > 2:
         update["rows"] = 1

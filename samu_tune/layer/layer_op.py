@@ -1,14 +1,13 @@
 """The SAMU layer as a tuned op: strategies ``unfused``, ``fused``, ``reference`` and its
-:class:`samu_tune.opspec.OpSpec` (issue 7).
+:class:`samu_tune.opspec.OpSpec`.
 
 A :class:`~samu_tune.problem.LayerProblem` (the layer's scan problem: B, L, M, dtype, resets,
 initial state, forward or train) is tuned like a scan problem
 (``samu_tune.tune(LayerProblem(...))``), its winner stored in the cache under ``layer:<key>``,
 and ``SAMU(strategy="auto")`` resolves through the cache, the shipped table, then the rule
-(``fused`` where eligible: on the H200 it ran the layer 2.7-3.3x faster forward and 3.2-3.5x
-faster forward+backward than ``unfused`` at (4, 4096, 512) and (1, 16384, 256) bf16,
-scripts/results/NVIDIA-H200/s13b/layer/; the fused path itself falls back to the unfused one
-for a call it cannot run, e.g. M <= 64).
+(``fused`` where eligible: about 3x faster than ``unfused`` on the H200, see
+docs/performance.md; the fused path itself falls back to the unfused one for a call it cannot
+run, e.g. M <= 64).
 
 A strategy runs on :class:`LayerInputs` and returns ``(y [B, L, 2M] in x's dtype, final state
 (h_r, h_i) fp32 [B, M])``.  Verification runs the layer's forward and, in train mode, every

@@ -1,6 +1,6 @@
 """The generic linear scans as a tuned op: strategies ``serial``, ``chunk``, ``reference`` of
 :func:`samu_tune.real_scan` / :func:`samu_tune.complex_scan` and their
-:class:`samu_tune.opspec.OpSpec` (issue 7).
+:class:`samu_tune.opspec.OpSpec`.
 
 A :class:`~samu_tune.problem.LinearProblem` (B, L, D, dtypes, real or complex, reverse, initial
 state, forward or train) is tuned like a scan problem, stored under ``linear:<key>``, and

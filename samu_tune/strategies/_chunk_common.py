@@ -64,8 +64,8 @@ class ChunkFamilyConfig(BaseModel):
     num_stages: Stages = 1
 
 
-# elements of a [CHUNK, BLOCK_M] tile per thread: below 1 threads idle; sm_90 builds of the
-# backward replay use ~150-190 registers at 8 and spill at 16 (ptxas, triton 3.9)
+# elements of a [CHUNK, BLOCK_M] tile per thread: below 1 threads idle; above 8 the sm_90
+# builds of the backward replay spill (ptxas: docs/performance.md)
 _MAX_PER_THREAD = 8
 
 

@@ -28,11 +28,11 @@ from ..launcher import fast
 _forward_kernel = fast(kernels.controller_forward)
 _backward_kernel = fast(kernels.controller_backward)
 
-# Tiles, chosen by ptxas for sm_90 (Triton 3.9, bf16 x, K a multiple of 16: x and grad x
-# move in 16-byte vectors, no spills): forward [16, 128] at 4 warps, 72 registers ([32, 128]:
-# 125); backward [32, 64] at 4 warps, 96 registers ([32, 128]: 255 with spills).  Backward
-# programs along the tokens are sized so that a launch has about _BWD_PROGRAMS programs (at
-# 96 registers 5 fit an SM: about one wave on 132 SMs), which keeps the partials small
+# Tiles, chosen by ptxas for sm_90 (bf16 x, K a multiple of 16: x and grad x move in 16-byte
+# vectors): forward [16, 128] and backward [32, 64] at 4 warps, no spills, far fewer
+# registers than [32, 128] tiles (register counts: docs/performance.md).  Backward programs
+# along the tokens are sized so that a launch has about _BWD_PROGRAMS programs (5 fit an SM
+# by registers: about one wave on 132 SMs), which keeps the partials small
 # ([n, 2, 2M + 2] fp32, n <= _BWD_PROGRAMS / column tiles).
 _FWD_BLOCK_T, _FWD_BLOCK_K = 16, 128
 _BWD_BLOCK_T, _BWD_BLOCK_K = 32, 64

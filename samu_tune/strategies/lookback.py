@@ -36,12 +36,10 @@ from ..launcher import fast
 # the scan kernel, launched directly after its first launch per specialisation
 _scan_kernel = fast(lookback_kernels.lookback_scan)
 
-# register budget, in tile elements per thread.  ptxas for sm_90 (Triton 3.9 PTX, bf16):
-# 8 per thread -> forward ~96-113 registers, backward ~144-185, no spills; 16 per thread ->
-# forward 166 (block_m 32) to 255 with spills (block_m >= 64), backward 255 with spills.
-# Measured on the H200 the spilling 32-per-thread configs were nevertheless the fastest at
-# (8, 8192, 1024) (forward 16x128x2 warps 0.59 ms, training 128x32x4 1.95 ms, against 0.71 and
-# 2.31 ms at 8 per thread), so up to 32 per thread stay in the space and the tuner decides.
+# register budget, in tile elements per thread.  Above 8 per thread the tile configs spill
+# (ptxas, sm_90), yet spilling 32-per-thread configs beat the 8-per-thread ones at
+# (8, 8192, 1024) on the H200 (docs/performance.md), so up to 32 per thread stay in the
+# space and the tuner decides.
 _MAX_TILE = 8192
 _MAX_PER_THREAD = 32
 _MAX_TILE_BLOCK_M = 128
@@ -49,33 +47,25 @@ _MAX_TILE_BLOCK_M = 128
 # loop-inner configs (``inner="loop"``): rows walked per program and lanes per thread.  A
 # thread holds a few [BLOCK_M]-vectors, whatever the chunk; the lanes per thread set the
 # bytes each thread has in flight per row (a row's controls come from a per-token table, the
-# next row's loads are issued before the current row's math).  ptxas for sm_90 (Triton 3.6,
-# bf16, M a multiple of 8) at 2 / 4 / 8 lanes per thread: forward 48 / 88 / 160 registers,
-# backward 69 / 96 / 185, no spills
-# (scripts/results/cpu-ptxas/lookback_loop_fast_sm90_triton36.txt).
+# next row's loads are issued before the current row's math).  Up to 8 lanes per thread
+# compile for sm_90 without spills (registers per config: docs/performance.md).
 _LOOP_CHUNKS = (32, 64, 128)
 _LOOP_LANES_PER_THREAD = (2, 4, 8)
 _LOOP_WARPS = (2, 4)
 # rows per walk step (``rows`` 2: both rows' loads issued together, then the two dependent
 # steps: twice the bytes in flight per program) at 2 and 4 lanes per thread, chunks up to 64
-# (8 more configs).  ptxas for sm_90 (Triton 3.6, bf16, M % 8 == 0), rows 1 -> 2: 2 lanes
-# forward 48 -> 72 registers, backward 64 -> 121; 4 lanes forward 88 -> 114, backward
-# 96 -> 151 (fewer resident programs: the tuner weighs it); no spills.  8 lanes (160 -> 167,
-# 186 -> 212 with Triton 3.9) left out.  The fused layer at 4 lanes: forward 96 -> 124,
-# backward 114 -> 182 (scripts/results/cpu-ptxas/lookback_loop_rows_sm90.txt).
+# (8 more configs).  Two rows raise the registers 1.3-1.9x without spills (sm_90), so fewer
+# programs are resident: the tuner weighs it.  8 lanes per thread, already the most
+# registers at one row, are left out (registers per config: docs/performance.md).
 _LOOP_ROWS2_LANES = (2, 4)
 _LOOP_ROWS2_MAX_CHUNK = 64
 
 # look-back width (``lookback_width``, decoupled only): predecessors read per look-back poll,
 # their statuses in one vector atomic and their payloads in one L2 round trip, so a walk over
 # n predecessors takes ~n / width polls instead of n.  A poll holds width x 4 payload vectors
-# of the lanes a thread owns (fp32).  ptxas for sm_90 (Triton 3.6 and 3.9, bf16) issues them
-# all before the first use while width x lanes per thread <= 16: loop 32x256x4 (2 lanes)
-# 63-77 -> 116-122 registers (forward and backward) at width 8, no spills; tile 128x32x4
-# (1 lane; the tile's 32 elements per thread spill already) 68-84 -> 40-52 bytes spilled
-# forward at width 8, 152-156 at 16
-# (scripts/results/cpu-ptxas/lookback_width_sm90_triton36_39.txt).  At 8 x 4 lanes it spills
-# and serialises the loads (a round trip per row).
+# of the lanes a thread owns (fp32).  ptxas for sm_90 issues them all before the first use
+# while width x lanes per thread <= 16; beyond that it spills and serialises the loads (a
+# round trip per row) (registers and spills per config: docs/performance.md).
 # A width pays only where a walk can be longer than the next narrower width covers in a poll.
 _MAX_WIDTH_LANES = 16
 _WIDTH_BELOW = {8: 1, 16: 8}
@@ -85,13 +75,10 @@ _WIDTH_BELOW = {8: 1, 16: 8}
 # PTX of Triton 3.6: every row and control load of both walks, forward and backward), so a
 # program has stages - 1 steps in flight without registers to hold them.  The staged bytes
 # per program (stages x rows x the row arrays of a step) stay under _MAX_STAGED_BYTES so that
-# shared memory leaves room for several programs per SM.
-# Measured on the H200 (scripts/results/NVIDIA-H200/s15/lookback*): stages 4-6 beat the
-# register prefetch by 10-25% at 64-step chunks of 2-4 lanes per thread ((8, 8192, 1024)
-# forward 64x256x2 rows 2: 0.277 -> 0.246 ms; (1, 16384, 256) 0.059 -> 0.047), stage 2 is
-# slower than it (0.309), 32-step chunks gain nothing (a 16-step walk is mostly prologue),
-# and each stage costs registers (ptxas, 4 lanes rows 2 forward: 119 / 124 / 146 / 167 at
-# 1 / 2 / 4 / 6 stages; 8 lanes start at 187 unstaged), hence the limits below.
+# shared memory leaves room for several programs per SM.  Stages 4-6 beat the register
+# prefetch by 10-25% on the H200 at 64-step chunks of 2-4 lanes per thread; shorter walks are
+# mostly prologue, and each stage costs registers, hence the limits below
+# (docs/performance.md).
 _MAX_STAGED_BYTES = 48 * 1024
 _STAGED_MIN_CHUNK = 64
 _STAGED_MAX_LANES = 4
@@ -202,15 +189,14 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
 
 
 def default(problem: ScanProblem) -> LookbackConfig:
-    """The configs measured fastest on the H200 in GPU time (scripts/results/NVIDIA-H200/s15,
-    bench_lookback): for M >= 128 and L >= 64 the software-pipelined loop walk over 64-step
-    chunks at 2 warps, 6 stages: 256 modes (4 lanes per thread) one row per step where
-    M >= 256 ((8, 8192, 1024): forward 0.262 ms, training 0.615 ms against 0.327 and 0.812
-    for the previous default, 32-step chunks of 512 modes unstaged), else 128 modes two rows
-    per step ((2, 65536, 128): 0.128 / 0.302 ms).  Shorter L: 32-step loop chunks of up to
-    512 modes (unstaged: a 32-step walk is mostly pipeline prologue).  Narrower M: the tile
-    scan, 128-step chunks of 32 modes at 4 warps, shrunk to fit small problems.  Under
-    deterministic mode chained, with a window of 8 chunks when there are more."""
+    """The fastest configs on the H200 in GPU time (docs/performance.md): for M >= 128 and
+    L >= 64 the software-pipelined loop walk over 64-step chunks at 2 warps, 6 stages: 256
+    modes (4 lanes per thread) one row per step where M >= 256 (20-25% faster than unstaged
+    32-step chunks at (8, 8192, 1024)), else 128 modes two rows per step.  Shorter L: 32-step
+    loop chunks of up to 512 modes (unstaged: a 32-step walk is mostly pipeline prologue).
+    Narrower M: the tile scan, 128-step chunks of 32 modes at 4 warps, shrunk to fit small
+    problems.  Under deterministic mode chained, with a window of 8 chunks when there are
+    more."""
     mode = "chained" if problem.deterministic else "decoupled"
     if problem.M >= 128 and problem.L >= 64:
         block_m = 256 if problem.M >= 256 else 128
@@ -331,8 +317,8 @@ class LookbackPlan:
         """Whether the loop walks index from pointers rebased at each chunk's first token
         (int32 step offsets: ~25% fewer instructions per element, sm_90 SASS) rather than by
         token.  Not for the backward walk of two rows at more than 2 lanes per thread: there
-        the rebased pointers raise ptxas's registers from 128 to 161-163 (one program fewer
-        per SM) and the H200 timed it 5-17% slower (scripts/results/NVIDIA-H200/s14b)."""
+        the rebased pointers cost one program per SM (registers past an occupancy step) and
+        the walk runs slower on the H200 (docs/performance.md)."""
         return not (reverse and self.rows == 2 and lanes_per_thread(self) > 2)
 
 
