@@ -17,6 +17,10 @@ from .registry import Capability, Strategy, all_strategies, eligible, get, regis
 from .rules import rule_choice  # noqa: E402
 from .tensors import ScanInputs, ScanOutput  # noqa: E402
 from .tuner import Candidate, TuneEvent, TuneResult, tune  # noqa: E402
+from . import torch_ops  # noqa: E402,F401  (the samu_tune::* operators, before any trace)
+from .settings import settings as _settings  # noqa: E402
+
+_settings()   # read the environment now: torch.compile traces a read of it, not its parsing
 
 __all__ = [
     "scan", "resolve", "choose", "explain", "Decision", "Explanation", "NoEligibleStrategy",

@@ -32,13 +32,15 @@ def test_job_verifies_a_builtin_candidate_and_cannot_judge_an_unknown_one():
 
 @pytest.mark.slow
 def test_tune_with_workers_matches_tune_without():
-    kw = dict(max_configs=4, strategies=["serial", "lookback"], reps=2)
+    # exhaustive: the candidates' order does not depend on their (CPU, noisy) times
+    kw = dict(max_configs=4, strategies=["serial", "lookback"], reps=2, exhaustive=True)
     alone = tune(PROBLEM, compile_workers=0, **kw)
     pooled = tune(PROBLEM, compile_workers=2, **kw)
+    evaluated = [c for c in pooled.candidates if c.status != "skipped"]
     assert [(c.name, c.status) for c in pooled.candidates] == \
         [(c.name, c.status) for c in alone.candidates]
     assert all(c.verified_in is None for c in alone.candidates)
-    assert all(c.verified_in == "worker" for c in pooled.candidates if c.status == "ok")
+    assert evaluated and all(c.verified_in == "worker" for c in evaluated)
     assert all(c.verified_on == a.verified_on
                for c, a in zip(pooled.candidates, alone.candidates))
 

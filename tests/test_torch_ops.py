@@ -369,3 +369,21 @@ def test_dynamic_shapes_compile_once_and_run_every_size():
             s = (torch.randn(B, 80, generator=g), torch.randn(B, 80, generator=g))
             for a, b in zip(step(x1, s), layer.step(x1, s)):
                 torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_first_trace_in_a_fresh_process_has_no_graph_break():
+    """Nothing the traced paths read is first built during a trace (settings, operators)."""
+    import subprocess
+    import sys
+    code = (
+        "import torch, samu_tune\n"
+        "B, L, M = 1, 40, 24\n"
+        "a = [torch.randn(B, L), torch.randn(B, L), torch.randn(M) - 3, torch.randn(M),\n"
+        "     torch.randn(B, L, M), torch.randn(B, L, M)]\n"
+        "ex = torch._dynamo.explain(lambda *t: samu_tune.scan(*t).real)(*a)\n"
+        "layer = samu_tune.SAMU(modes=80)\n"
+        "ex2 = torch._dynamo.explain(lambda x: layer(x)[0])(torch.randn(1, 40, 160))\n"
+        "print(ex.graph_break_count, ex2.graph_break_count)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=600)
+    assert out.stdout.strip().splitlines()[-1] == "0 0", out.stderr[-2000:]
