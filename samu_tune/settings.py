@@ -41,9 +41,12 @@ class Settings(BaseModel):
     interpret: bool = Field(False, description="TRITON_INTERPRET=1: Triton kernels on CPU")
     interpret_set: bool = Field(
         False, description="TRITON_INTERPRET is set at all (even to 0): the user chose")
+    # torchrun's: the processes of a distributed `samu-tune profile` and this one's GPU
+    world_size: int = Field(1, ge=1, description="WORLD_SIZE: processes started by torchrun")
+    local_rank: Optional[int] = Field(None, ge=0, description="LOCAL_RANK: this process's GPU")
 
 
-_TRITON_FIELDS = ("interpret", "interpret_set")
+_TRITON_FIELDS = ("interpret", "interpret_set", "world_size", "local_rank")
 
 
 def _from_env(environ: dict[str, str]) -> Settings:
@@ -56,6 +59,9 @@ def _from_env(environ: dict[str, str]) -> Settings:
             raw[name] = value
     raw["interpret"] = environ.get("TRITON_INTERPRET", "0") not in ("", "0", "false", "False")
     raw["interpret_set"] = "TRITON_INTERPRET" in environ
+    for name in ("world_size", "local_rank"):
+        if environ.get(name.upper(), "") != "":
+            raw[name] = environ[name.upper()]
     try:
         return Settings(**raw)
     except ValidationError as exc:

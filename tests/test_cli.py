@@ -343,3 +343,35 @@ def test_profile_without_interpreter_reruns_under_it(tmp_path):
     data = json.loads(res.stdout)
     assert data["device"]["interpret"] is True and data["signature"] == SIG
     assert data["results"][0]["strategy"] == "serial"
+
+
+def test_profile_under_torchrun_shards_the_problems_and_every_rank_stores_all(tmp_path):
+    """Two gloo ranks (as `torchrun --nproc-per-node 2 -m samu_tune.cli profile` starts
+    them): each tunes every second problem, rank 0 prints all results, and each rank's own
+    cache (separate dirs, as on separate hosts) ends with every winner."""
+    import json
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+    shapes = tmp_path / "shapes.yaml"
+    shapes.write_text("shapes:\n  - {B: [1, 2], L: 8, M: 4, dtype: float32, mode: forward}\n"
+                      "  - {B: 3, L: [8, 9], M: 4, dtype: float32, mode: forward}\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    worker = Path(__file__).with_name("_profile_rank.py")
+    procs = [subprocess.Popen([sys.executable, str(worker), str(r), "2", port, str(tmp_path),
+                               str(shapes)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for r in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
+    results = json.loads(outs[0][0])["results"]
+    keys = [r["key"] for r in results]
+    assert len(keys) == 4 and all(r["source"] == "tuned" for r in results)
+    assert outs[1][0].strip() == ""                       # only rank 0 prints
+    for rank in range(2):
+        files = list((tmp_path / f"rank{rank}").glob("*.json"))
+        assert len(files) == 1
+        stored = json.loads(files[0].read_text())["entries"]
+        assert sorted(stored) == sorted(keys)

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from .. import cache, registry, timing
 from ..device import DeviceInfo, device_info
-from ..problem import Problem
+from ..problem import PROBLEM_TYPES, Problem
 from ..rules import NoEligibleStrategy, rule_choice
 from ..settings import settings
 from ..tuner import TuneResult, candidate_name, config_json, tune
@@ -178,6 +178,46 @@ def _rerun_interpreted(args: argparse.Namespace) -> int:
     return subprocess.call([sys.executable, "-m", "samu_tune.cli", *args.argv], env=env)
 
 
+def _distributed(device: str) -> tuple[int, int]:
+    """(rank, world size): under ``torchrun --nproc-per-node N -m samu_tune.cli profile``
+    (WORLD_SIZE > 1) the process group joined (NCCL on CUDA, gloo on the CPU) and, on CUDA,
+    this rank's GPU (LOCAL_RANK) made current: each rank tunes every world-th problem of the
+    shapes file on its own GPU; else (0, 1)."""
+    s = settings()
+    if s.world_size <= 1:
+        return 0, 1
+    import torch.distributed as dist
+    if device == "cuda":
+        torch.cuda.set_device(s.local_rank if s.local_rank is not None else 0)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device == "cuda" else "gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _merge_ranks(rows_at: dict[int, ProfileRow], results: list[tuple[int, TuneResult]]
+                 ) -> dict[int, ProfileRow]:
+    """Every rank's rows and tune results gathered on every rank; each rank stores all the
+    winners in its cache (one file on one host: the same entries written under its lock;
+    one per host otherwise), so every rank then serves the same decisions.  Returns the rows
+    of all ranks by problem index."""
+    import torch.distributed as dist
+    mine = ([(i, r.model_dump(mode="json")) for i, r in rows_at.items()],
+            [(res.problem.op, res.problem.model_dump(mode="json"), res.model_dump_json())
+             for _, res in results])
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    merged: dict[int, ProfileRow] = {}
+    for rows, tuned in everyone:
+        for i, row in rows:
+            merged[i] = ProfileRow.model_validate(row)
+        for op, problem, text in tuned:   # the problem parsed as its op's type
+            cache.record(TuneResult.model_validate_json(text).model_copy(
+                update={"problem": PROBLEM_TYPES[op].model_validate(problem)}))
+    dist.barrier()
+    cache.invalidate()
+    return merged
+
+
 def run(args: argparse.Namespace) -> int:
     shapes = load_shapes(args.shapes)
     names = _strategies(args.strategies)
@@ -207,11 +247,15 @@ def run(args: argparse.Namespace) -> int:
         reps = QUICK_REPS if device == "cpu" else None   # GPU samples are cheap
     bw = timing.copy_bandwidth(torch.cuda.current_device()) if device == "cuda" else None
 
-    rows: list[ProfileRow] = []
+    rank, world = _distributed(device)
+    mine = [(i, p) for i, p in enumerate(problems) if i % world == rank]
+    rows_at: dict[int, ProfileRow] = {}
+    results: list[tuple[int, TuneResult]] = []
     t0 = time.monotonic()
-    with ProfileProgress(len(problems), verbose=args.verbose, quiet=args.json) as progress:
-        for i, problem in enumerate(problems, 1):
-            progress.shape_start(i, problem.key())
+    with ProfileProgress(len(mine), verbose=args.verbose,
+                         quiet=args.json or rank != 0) as progress:
+        for n, (i, problem) in enumerate(mine, 1):
+            progress.shape_start(n, problem.key())
             entry = None if args.force else cache.lookup(problem, sig)
             if entry is not None:
                 row = row_from_cache(problem, entry, dev, bw)
@@ -221,10 +265,17 @@ def run(args: argparse.Namespace) -> int:
                               max_configs=max_configs, reps=reps,
                               retime_rounds=reps, progress=progress.event)
                 if result.winner is not None:
-                    cache.record(result)
+                    if world == 1:
+                        cache.record(result)
+                    results.append((i, result))
                 row = row_from_result(result, dev, bw)
-            rows.append(row)
+            rows_at[i] = row
             progress.shape_done(_summary(row))
+    if world > 1:
+        rows_at = _merge_ranks(rows_at, results)
+        if rank != 0:
+            return 0 if all(r.time_ms is not None for r in rows_at.values()) else 1
+    rows = [rows_at[i] for i in sorted(rows_at)]
     elapsed = time.monotonic() - t0
 
     if args.json:
