@@ -218,8 +218,8 @@ class Strategy:
 
 def code_text(source: str) -> str:
     """``source`` without its docstrings (module, class and function), comments, trailing
-    whitespace and blank lines: what decides the code, as text (the same on every Python
-    version, unlike ``ast.dump``)."""
+    whitespace and blank lines: what decides the code, as text (``ast.dump``'s output
+    changes between Python versions; source text does not)."""
     lines = source.splitlines()
     spans: list[tuple[int, int, int, int]] = []
     for node in ast.walk(ast.parse(source)):

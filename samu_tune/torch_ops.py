@@ -80,6 +80,11 @@ def _owned(outputs: tuple, inputs: tuple = ()) -> tuple:
 
 # ---- the scan --------------------------------------------------------------------------------
 
+def _saves_table(function, plan) -> bool:
+    """Whether ``function``'s forward saves the control table (its last saved tensor)."""
+    return getattr(function, "saves_table", lambda p: False)(plan)
+
+
 def _scan_decision(inputs: ScanInputs, needs_grad: bool, strategy: str):
     d = dispatch._decide(inputs, _strategy_arg(strategy), backward=needs_grad)
     return d.strategy, d.config
@@ -107,7 +112,7 @@ def scan_fwd(eta: Tensor, delta: Tensor, nu_log: Tensor, theta_log: Tensor, br: 
         ctx = _grads.OpContext()
         out_r, out_i, last_r, last_i = function.forward(
             ctx, plan, segment_pos, eta, delta, nu_log, theta_log, br, bi, h0_r, h0_i)
-        if getattr(function, "saves_table", lambda p: False)(plan):
+        if _saves_table(function, plan):
             aux = ctx.saved_tensors[-1]
     if aux is None:      # unused; zeros keep the operator's outputs deterministic
         aux = torch.zeros(B * L, TABLE_COLS, dtype=_F32, device=br.device)
@@ -142,12 +147,12 @@ def scan_bwd(d_out_r: Optional[Tensor], d_out_i: Optional[Tensor], d_last_r: Opt
             "that needs gradients runs a Triton strategy (float64 runs the traced reference)")
     function, plan = strat.autograd(cfg)
     B, L, M = out_r.shape
-    table = aux if getattr(function, "saves_table", lambda p: False)(plan) else None
+    table = aux if _saves_table(function, plan) else None
     ctx = _grads.OpContext(
         (segment_pos, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i, table),
         plan=plan, shape=(B, L, M),
         dtypes=(out_r.dtype, out_i.dtype, *_grads.dtypes(h0_r, h0_i)))
-    if not hasattr(function, "saves_table"):      # it reads zeros for an unused output
+    if not getattr(function, "accepts_missing_grads", False):   # zeros for unused outputs
         d_out_r, d_out_i = (torch.zeros_like(out_r) if d_out_r is None else d_out_r,
                             torch.zeros_like(out_i) if d_out_i is None else d_out_i)
         if d_last_r is None or d_last_i is None:

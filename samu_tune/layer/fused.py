@@ -68,17 +68,29 @@ def config_for_call(shape: tuple[int, int, int], dtype: torch.dtype, device: tor
                     resets: bool, has_state: bool, scan_strategy="auto",
                     backward: bool = False) -> Optional[BaseModel]:
     """:func:`config_for` of a call on x of ``shape`` [B, L, 2M], ``dtype``, ``device``."""
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    call_key = ("samu-fused-scan", tuple(shape), dtype, device, resets, has_state, backward,
-                deterministic)
+    decide, problem = call_decision("samu-fused-scan", ScanProblem, shape, dtype, device,
+                                    resets, has_state, backward, scan_strategy,
+                                    final_state=True)
+    return _loop_choice(decide, problem)
 
-    def problem() -> ScanProblem:
+
+def call_decision(tag: str, problem_type: type, shape: tuple[int, int, int],
+                  dtype: torch.dtype, device: torch.device, resets: bool, has_state: bool,
+                  backward: bool, strategy="auto", **fields):
+    """(``decide()``, ``problem()``) of a layer call on x of ``shape`` [B, L, 2M]: the
+    memoized dispatch decision of its ``problem_type`` problem (:func:`samu_tune.dispatch.
+    decide`, keyed by ``tag`` and the call's signature) and the problem itself, built only
+    when asked for; ``fields``: the problem type's further fields."""
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    call_key = (tag, tuple(shape), dtype, device, resets, has_state, backward, deterministic)
+
+    def problem():
         B, L, width = shape
-        return ScanProblem(B=B, L=L, M=width // 2, dtype=dtype_name(dtype),
-                           device=device.type, resets=resets, initial_state=has_state,
-                           final_state=True, backward=backward, deterministic=deterministic)
-    return _loop_choice(lambda: dispatch.decide(call_key, problem, device, scan_strategy),
-                        problem)
+        return problem_type(B=B, L=L, M=width // 2, dtype=dtype_name(dtype),
+                            device="cuda" if device.type == "cuda" else "cpu",
+                            resets=resets, initial_state=has_state, backward=backward,
+                            deterministic=deterministic, **fields)
+    return (lambda: dispatch.decide(call_key, problem, device, strategy)), problem
 
 
 def config_for_problem(problem: ScanProblem, scan_strategy="auto",
@@ -163,17 +175,8 @@ def forward(x: torch.Tensor, params: SAMUParams, state: Optional[State] = None,
     path cannot run this call (see the module docstring).  ``operands_cache``: a
     :class:`samu_tune.layer.decode.ConstantsCache` of :func:`operands_no_grad`, used when no
     gradient is needed (the same fp32 values as computing them per call)."""
-    if (x.dtype not in FUSED_DTYPES or not (x.is_cuda or settings().interpret)
-            or any(p.dtype != torch.float32 for p in params)):
-        return None
-    B, L, width = x.shape
-    if segment_pos is not None and (
-            tuple(segment_pos.shape) != (B, L) or segment_pos.is_floating_point()
-            or segment_pos.dtype == torch.bool or segment_pos.device != x.device):
+    if not fits(x, params, state, segment_pos):
         return None       # the unfused path's validation names the problem
-    if state is not None and any(
-            tuple(h.shape) != (B, width // 2) or h.device != x.device for h in state):
-        return None
     grad = needs_grad(x, params, state)
     cfg = config_for(x, segment_pos, state is not None, scan_strategy, grad)
     if cfg is None:
@@ -184,10 +187,31 @@ def forward(x: torch.Tensor, params: SAMUParams, state: Optional[State] = None,
         dirs, scales, gamma = operands_cache.get(params)
     else:
         dirs, scales, gamma = operands(params)
-    h0 = None
-    if state is not None:
-        h0 = (state[0].to(torch.float32).contiguous(), state[1].to(torch.float32).contiguous())
-    seg = segment_pos.contiguous() if segment_pos is not None else None
+    h0, seg = kernel_state(state, segment_pos)
     return lookback.fused_layer(
         x.contiguous(), dirs, scales, gamma, params.nu_log.contiguous(),
         params.theta_log.contiguous(), cfg, seg=seg, h0=h0)
+
+
+def fits(x: torch.Tensor, params: SAMUParams, state: Optional[State],
+         segment_pos: Optional[torch.Tensor]) -> bool:
+    """Whether the fused kernels take this call's inputs: x in bf16 / fp16 / fp32 on CUDA (or
+    the CPU under the interpreter), fp32 parameters, integer segment_pos [B, L] and state
+    [B, M] on x's device (anything else takes the unfused path, whose validation names it)."""
+    if (x.dtype not in FUSED_DTYPES or not (x.is_cuda or settings().interpret)
+            or any(p.dtype != torch.float32 for p in params)):
+        return False
+    B, L, width = x.shape
+    if segment_pos is not None and (
+            tuple(segment_pos.shape) != (B, L) or segment_pos.is_floating_point()
+            or segment_pos.dtype == torch.bool or segment_pos.device != x.device):
+        return False
+    return state is None or all(
+        tuple(h.shape) == (B, width // 2) and h.device == x.device for h in state)
+
+
+def kernel_state(state: Optional[State], segment_pos: Optional[torch.Tensor]):
+    """(h0 as a contiguous fp32 pair or None, segment_pos contiguous or None): as the fused
+    kernels read them."""
+    h0 = None if state is None else tuple(h.to(torch.float32).contiguous() for h in state)
+    return h0, segment_pos.contiguous() if segment_pos is not None else None

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from .. import dispatch
-from ..problem import LayerProblem, dtype_name
+from ..problem import LayerProblem
 from . import fused, unfused
 from .decode import ConstantsCache, Decoder
 from .reference import SAMUParams, State, needs_grad
@@ -186,18 +186,10 @@ def _layer_path_of(shape, dtype: torch.dtype, device: torch.device, resets: bool
                    has_state: bool, backward: bool) -> str:
     """The layer op's choice ("fused" / "unfused") for a call on x of ``shape`` [B, L, 2M]
     (memoized per call signature)."""
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    call_key = ("layer", tuple(shape), dtype, device, resets, has_state, backward,
-                deterministic)
-
-    def problem() -> LayerProblem:
-        B, L, width = shape
-        return LayerProblem(B=B, L=L, M=width // 2, dtype=dtype_name(dtype),
-                            device="cuda" if device.type == "cuda" else "cpu",
-                            backward=backward, resets=resets, initial_state=has_state,
-                            deterministic=deterministic)
+    decide, _ = fused.call_decision("layer", LayerProblem, shape, dtype, device, resets,
+                                    has_state, backward)
     try:
-        return dispatch.decide(call_key, problem, device).strategy.name
+        return decide().strategy.name
     except (ValueError, TypeError):   # e.g. float64 x: no layer strategy but the reference
         return "unfused"
 
@@ -208,10 +200,7 @@ def _runs_fused(strategy: str, B: int, L: int, M: int, dtype: str, device: str, 
     """Whether a traced layer call runs the fused operators: decided while torch.compile
     traces (the graph's structure depends on it; the arguments are the call's constants)."""
     from .. import torch_ops
-    from ..settings import settings
     dt, dev = getattr(torch, dtype.removeprefix("torch.")), torch.device(device)
-    if dt not in fused.FUSED_DTYPES or not (dev.type == "cuda" or settings().interpret):
-        return False
     if strategy == "auto" and _layer_path_of((B, L, 2 * M), dt, dev, resets, has_state,
                                              backward) != "fused":
         return False
@@ -226,15 +215,7 @@ def _fused_traced(strategy: str, x: torch.Tensor, params: SAMUParams, state: Opt
     :mod:`samu_tune.torch_ops` (no graph break), the parameter operands traced.  ``modes``:
     the layer's M as a Python int (x's sizes may be symbolic)."""
     from .. import torch_ops
-    B, L, width = x.shape
-    if any(p.dtype != torch.float32 for p in params):
-        return None
-    if segment_pos is not None and (
-            tuple(segment_pos.shape) != (B, L) or segment_pos.is_floating_point()
-            or segment_pos.dtype == torch.bool or segment_pos.device != x.device):
-        return None
-    if state is not None and any(
-            tuple(h.shape) != (B, width // 2) or h.device != x.device for h in state):
+    if not fused.fits(x, params, state, segment_pos):
         return None
     text = torch_ops.strategy_string(scan_strategy)
     # decided for M, dtypes and features (the graph's structure may not depend on sizes that
@@ -245,8 +226,7 @@ def _fused_traced(strategy: str, x: torch.Tensor, params: SAMUParams, state: Opt
                        needs_grad(x, params, state), text):
         return None
     dirs, scales, gamma = fused.operands(params)
-    h0 = None if state is None else tuple(h.to(torch.float32).contiguous() for h in state)
-    seg = segment_pos.contiguous() if segment_pos is not None else None
+    h0, seg = fused.kernel_state(state, segment_pos)
     return torch_ops.fused_layer(x.contiguous(), dirs, scales, gamma,
                                  params.nu_log.contiguous(), params.theta_log.contiguous(),
                                  seg, h0, text)

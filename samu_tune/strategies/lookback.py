@@ -382,10 +382,10 @@ class _Zeroed:
     backward's views are cut when the backward runs (:meth:`for_backward`): each view costs
     host time, and a gradient view kept referenced here would make autograd copy it."""
 
-    __slots__ = ("zeroed", "fwd_sync", "head", "training", "fused", "used")
+    __slots__ = ("zeroed", "fwd_sync", "head", "used")
 
-    def __init__(self, zeroed: torch.Tensor, head: int, training: bool, fused: bool) -> None:
-        self.zeroed, self.head, self.training, self.fused = zeroed, head, training, fused
+    def __init__(self, zeroed: torch.Tensor, head: int, training: bool) -> None:
+        self.zeroed, self.head = zeroed, head
         self.fwd_sync = zeroed[:head] if training else zeroed
         self.used = False
 
@@ -396,7 +396,7 @@ class _Zeroed:
         ctl_w, spec_w = _grad_words(B, L, M, fused) if training and plan.atomic else (0, 0)
         zeroed = torch.zeros(head * (2 if training else 1) + 2 * ctl_w + spec_w,
                              dtype=torch.int32, device=device)
-        return cls(zeroed, head, training, fused)
+        return cls(zeroed, head, training)
 
     def for_backward(self, plan: LookbackPlan, B: int, L: int, M: int, device: torch.device,
                      fused: bool = False) -> "_Backward":
@@ -416,6 +416,17 @@ class _Zeroed:
             if fused:
                 out.g_gamma = acc.as_strided((M,), (1,), at + 2 * ctl_w + 2 * m_w)
         return out
+
+
+def _backward_work(ctx, plan: LookbackPlan, B: int, L: int, M: int, device: torch.device,
+                   fused: bool = False) -> "_Backward":
+    """The backward's head and accumulators: those its forward zeroed (``ctx.work``), or
+    fresh ones where the forward kept none (an operator's backward, :mod:`samu_tune.
+    torch_ops`)."""
+    work = getattr(ctx, "work", None)
+    if work is None:
+        work = _Zeroed.of(plan, B, L, M, device, True, fused)
+    return work.for_backward(plan, B, L, M, device, fused)
 
 
 @dataclass
@@ -479,6 +490,9 @@ def _last_grad(d_last_r, d_last_i):
 class _LookbackScan(torch.autograd.Function):
     """Autograd of the look-back scan; outputs (out_r, out_i, last_r, last_i)."""
 
+    # its backward takes None for an unused output's gradient (materialisation is off)
+    accepts_missing_grads = True
+
     @staticmethod
     def saves_table(plan: LookbackPlan) -> bool:
         """Whether the forward saves the control table [B L, 4] fp32 for backward (loop)."""
@@ -516,8 +530,7 @@ class _LookbackScan(torch.autograd.Function):
         d_out, d_last = _incoming(d_out_r, d_out_i, d_last_r, d_last_i, out_r)
         grad_b, gh0 = _grads.grad_outputs((B, L, M), (br_dtype, bi_dtype), h0_r is not None,
                                           dev)
-        work = (ctx.work.for_backward(plan, B, L, M, dev) if hasattr(ctx, "work")
-                else _Zeroed.of(plan, B, L, M, dev, True).for_backward(plan, B, L, M, dev))
+        work = _backward_work(ctx, plan, B, L, M, dev)
         g_ctl, g_spec, _ = _grad_buffers(plan, work, B, L, M, dev)
         _launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
                 seg=seg, x=d_out, h0=(h0_r, h0_i), y=(out_r, out_i), end=d_last, gx=grad_b,
@@ -615,9 +628,7 @@ class _FusedLayer(torch.autograd.Function):
         grad_x = torch.empty_like(x)
         gh0 = (_grads.Stacked.empty(B, M, dtype=torch.float32, device=dev)
                if h0_r is not None else (None, None))
-        work = (ctx.work.for_backward(plan, B, L, M, dev, fused=True) if hasattr(ctx, "work")
-                else _Zeroed.of(plan, B, L, M, dev, True, fused=True).for_backward(
-                    plan, B, L, M, dev, fused=True))
+        work = _backward_work(ctx, plan, B, L, M, dev, fused=True)
         g_ctl, g_spec, g_gamma = _grad_buffers(plan, work, B, L, M, dev, fused=True)
         _launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
                 seg=seg, x=(d_y, None), h0=(h0_r, h0_i), y=(h_r, h_i), end=d_last,
