@@ -20,7 +20,7 @@ os.environ.setdefault("SAMU_TUNE_CACHE_DIR", tempfile.mkdtemp(prefix="samu_tune_
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine: scripts/gpu_final.sh)")
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine: tools/gpu_run.sh)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

@@ -4,7 +4,7 @@ The interpreter executes kernels as Python: it accepts code Triton's compiler re
 returned in a tuple, mismatched return types), which then fails on every GPU.  Here the
 look-back scan's loop walks (one and two rows, with and without resets, h0 and final state,
 forward and backward, both addressings) and the fused SAMU layer run on tiny problems with
-every launch recorded (``scripts/compile_check.py``), and a child process without the
+every launch recorded (``tools/compile_check.py``), and a child process without the
 interpreter compiles each recorded launch through Triton's NVIDIA backend and ptxas.
 """
 import json
@@ -21,11 +21,9 @@ from samu_tune.strategies.lookback import LookbackConfig, LookbackPlan
 from samu_tune.verify import random_inputs
 
 from _helpers import cpu_problem
+from tools import compile_check
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import compile_check  # noqa: E402
 
 
 def _scan(plan, problem, seed):
@@ -64,8 +62,7 @@ def test_recorded_launches_compile(tmp_path, monkeypatch):
     path = tmp_path / "launches.json"
     path.write_text(json.dumps(launches))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "compile_check.py"),
-                          "--launches", str(path)], env=env, capture_output=True, text=True,
-                         timeout=600)
+    res = subprocess.run([sys.executable, "-m", "tools.compile_check", "--launches", str(path)],
+                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     assert f"0 of {len(launches)} failed" in res.stdout

@@ -1,14 +1,11 @@
 """Every kernel launch states the compiler options of :mod:`samu_tune.launch_options`.
 
-Each launch is recorded (``scripts/compile_check.py``'s ``recording``, under the
+Each launch is recorded (``tools/compile_check.py``'s ``recording``, under the
 interpreter) while every registered scan strategy runs forward and backward,
 the look-back's loop walk (control table and scan), the fused SAMU layer (controller kernels
 and the fused scan), a decode step and the generic linear scans; a launch that leaves
 ``enable_fp_fusion`` to Triton's default (a warning on Triton 3.9, off from 3.10) fails.
 """
-import sys
-from pathlib import Path
-
 import torch
 
 import samu_tune
@@ -19,10 +16,7 @@ from samu_tune.strategies.lookback import LookbackConfig, LookbackPlan
 from samu_tune.verify import random_inputs
 
 from _helpers import cpu_problem
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-
-import compile_check  # noqa: E402
+from tools import compile_check
 
 
 def _backward(*tensors):

@@ -180,13 +180,10 @@ def test_entries_written_before_host_ms_still_load(env):
 
 
 def test_bench_tuner_sets():
-    """scripts/bench_tuner.py's exhaustive set is the decoupled, sub=1, window=1 lookback
+    """benchmarks/bench_tuner.py's exhaustive set is the decoupled, sub=1, window=1 lookback
     subspace plus the other strategies' defaults; its neighbours differ from a default in one
     field."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    import bench_tuner
+    from benchmarks import bench_tuner
     from samu_tune import registry
     (problem,) = bench_tuner.parse_cases("2,300,70:train", "float32", "cpu")
     assert problem.backward and (problem.B, problem.L, problem.M) == (2, 300, 70)

@@ -1,0 +1,319 @@
+"""One-run GPU benchmark of every strategy, the tuned scan, the seed and accelerated-scan.
+
+Run on the device machine (the grid phase of tools/gpu_run.sh)::
+
+    python -m benchmarks.bench_scan --out DIR [--shapes grid] [--accel] [--ship-bench]
+
+Writes under --out:
+  bench.json      every measurement (times in ms, fraction of copy bandwidth, compile seconds)
+  defaults.json   with --ship-bench or --tune-budget: the cache exported (the shipped table
+                  is built from bench.json by tools/ship_defaults.py)
+(bench.md and bench.png, the tables the README shows: benchmarks/bench_report.py.)
+Times: the tuner's clock (samu_tune.timing.gpu_samples, the same function samu_tune.tune's
+samples go through): median GPU time of one call, L2 flushed, each sample queued behind a GPU
+busy-wait so the host's launch time never shows; the host time per call is kept beside it
+({mode}_host_ms).  The benchmark's fastest and the tuner's pick are so comparable by
+construction.  --do-bench adds triton.testing.do_bench of the same call ({mode}_do_bench_ms).
+Forward moves 4 arrays of [B, L, M] (read br, bi; write real, imag); forward+backward about 10.
+Compilation is warmed first in a pool of processes (Triton's disk cache is shared), so the
+timed process only loads binaries; compile seconds are recorded per task.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+
+import torch
+import triton
+
+import samu_tune
+from samu_tune import registry
+from samu_tune.problem import ScanProblem
+from samu_tune.verify import random_inputs, verify
+
+from benchmarks.common import (GRID, add_out, copy_bandwidth_tbps, error_text, floor_ms,
+                               make_call, parse_shapes, time_call, warm_all, write_json)
+
+FP32_SHAPES = [(1, 16384, 256), (8, 8192, 1024)]
+# configs measured fastest in earlier H200 runs, timed beside each strategy's default and
+# sampled configs (results under scripts/results/NVIDIA-H200/ at commit b805d05: the probe_*
+# files, then bench_lookback's s13b/lookback and s15/lookback*)
+KNOWN_GOOD = {
+    "lookback": [dict(chunk=16, block_m=128, num_warps=2), dict(chunk=128, block_m=32, num_warps=4),
+                 dict(chunk=64, block_m=32, num_warps=2), dict(chunk=256, block_m=16, num_warps=4),
+                 dict(chunk=32, block_m=512, num_warps=4, inner="loop"),
+                 dict(chunk=32, block_m=256, num_warps=4, inner="loop"),
+                 dict(chunk=32, block_m=128, num_warps=2, inner="loop"),
+                 # rows per step 2 and look-back width 8 (s13b)
+                 dict(chunk=64, block_m=512, num_warps=4, inner="loop", rows=2),
+                 dict(chunk=64, block_m=256, num_warps=2, inner="loop", rows=2),
+                 dict(chunk=32, block_m=256, num_warps=4, inner="loop", rows=2),
+                 dict(chunk=32, block_m=128, num_warps=2, inner="loop", rows=2),
+                 dict(chunk=64, block_m=32, num_warps=2, lookback_width=8),
+                 # software-pipelined walks (s15)
+                 dict(chunk=64, block_m=256, num_warps=2, inner="loop", rows=2, stages=4),
+                 dict(chunk=64, block_m=256, num_warps=2, inner="loop", rows=2, stages=6),
+                 dict(chunk=64, block_m=512, num_warps=4, inner="loop", rows=2, stages=4),
+                 dict(chunk=64, block_m=256, num_warps=2, inner="loop", stages=6),
+                 dict(chunk=128, block_m=256, num_warps=2, inner="loop", stages=4),
+                 dict(chunk=64, block_m=128, num_warps=2, inner="loop", rows=2, stages=6),
+                 dict(chunk=64, block_m=128, num_warps=2, inner="loop", lookback_width=8,
+                      stages=6),
+                 dict(chunk=64, block_m=256, num_warps=4, inner="loop", lookback_width=8,
+                      stages=6)],
+}
+
+
+# ---------------------------------------------------------------- timing ----------------------
+
+def measure(kind, name, config, shape, dtype, modes=("forward", "train"), reps_ms=200,
+            do_bench=False):
+    """Times (ms) of one candidate on one shape: forward and forward+backward, with the
+    first call's seconds (``first_{mode}_s``) and the host time per call."""
+    B, L, M = shape
+    res = {}
+    for mode in modes:
+        problem = ScanProblem(B=B, L=L, M=M, dtype=dtype, device="cuda", backward=mode == "train")
+        call = make_call(kind, name, config, problem)
+        t0 = time.perf_counter()
+        call()
+        torch.cuda.synchronize()
+        res[f"first_{mode}_s"] = time.perf_counter() - t0
+        for k, v in time_call(call, reps_ms, do_bench).items():
+            res[f"{mode}_{k}"] = v
+    return res
+
+
+def gpu_verify(name, config, shape=(2, 300, 70), dtype="bfloat16"):
+    B, L, M = shape
+    p = ScanProblem(B=B, L=L, M=M, dtype=dtype, device="cuda", resets=True, initial_state=True,
+                    final_state=True)
+    strat = registry.get(name)
+    cfg = strat.parse_config(config, p)
+    return verify(lambda i: strat.run(i, cfg), random_inputs(p, seed=3), p)
+
+
+# ---------------------------------------------------------------- main ------------------------
+
+def _bw(row, shape, dtype, bw):
+    for mode in ("forward", "train"):
+        if f"{mode}_ms" in row:
+            row[f"{mode}_bw_frac"] = floor_ms(shape, dtype, mode, bw) / row[f"{mode}_ms"]
+
+
+def tune_and_ship(cases, rows, args, out_dir, use_tuner=True):
+    """Tune each (shape, mode) (unless not ``use_tuner``); the cache entry is the faster of
+    the tuner's winner and the best candidate timed by this benchmark.  Exports the cache as
+    ``defaults.json``."""
+    from samu_tune import cache, tune
+    from samu_tune.device import device_info
+    tuned = []
+    for shape, dtype in cases:
+        for mode in ("forward", "train"):
+            B, L, M = shape
+            p = ScanProblem(B=B, L=L, M=M, dtype=dtype, device="cuda")
+            info = {"shape": list(shape), "dtype": dtype, "mode": mode}
+            try:
+                if not use_tuner:
+                    raise LookupError("tuner not run (--ship-bench)")
+                res = tune(p, mode, budget_s=args.tune_budget, max_configs=args.tune_max_configs)
+                entry = cache.entry_from_result(res)
+                info.update(tuner_winner=res.winner.name, tuner_ms=res.winner.time_ms,
+                            tuner_margin=res.margin, tuner_s=res.elapsed_s,
+                            failed=[f"{c.name}: {c.reason}" for c in res.failed()][:10])
+            except Exception as exc:
+                entry = None
+                info["tuner_error"] = error_text(exc)
+            timed = [r for r in rows if r["kind"] == "strategy" and r["shape"] == list(shape)
+                     and r["dtype"] == dtype and f"{mode}_ms" in r]
+            if timed:
+                best = min(timed, key=lambda r: r[f"{mode}_ms"])
+                info.update(bench_best=f"{best['name']} {best['config']}",
+                            bench_ms=best[f"{mode}_ms"])
+                if entry is None or best[f"{mode}_ms"] < entry.time_ms:
+                    entry = cache.CacheEntry(
+                        key=p.model_copy(update={"backward": mode == "train"}).key(), mode=mode,
+                        strategy=best["name"], config=best["config"],
+                        time_ms=best[f"{mode}_ms"],
+                        source_hash=registry.get(best["name"]).source_hash,
+                        measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"), cpu_wall_time=False,
+                        versions=dict(cache.versions()), search="bench")
+            if entry is not None:
+                cache.put(entry, device_info("cuda"))
+                info["shipped"] = f"{entry.strategy} {entry.config} {entry.time_ms:.3f} ms"
+            print(f"tune {shape} {dtype} {mode}: {info.get('shipped')} "
+                  f"(tuner {info.get('tuner_winner')} {info.get('tuner_ms')}, "
+                  f"bench {info.get('bench_best')} {info.get('bench_ms')})", flush=True)
+            tuned.append(info)
+    cache.export(out_dir / "defaults.json", device_info("cuda"))
+    cache.invalidate()
+    return tuned
+
+
+def strategy_candidates(shape, dtype, per_strategy, names=None):
+    """(name, config dict) pairs: each strategy's default plus sampled configs."""
+    B, L, M = shape
+    p = ScanProblem(B=B, L=L, M=M, dtype=dtype, device="cuda")
+    out = []
+    for strat in registry.all_strategies():
+        if strat.name == "reference" or (names and strat.name not in names):
+            continue
+        if strat.reasons(p):
+            continue
+        default = strat.default_config(p)
+        known = [strat.parse_config(k) for k in KNOWN_GOOD.get(strat.name, [])]
+        known = [c for c in known if strat.valid is None or strat.valid(p, c)]
+        picked = [default] + [c for c in known if c != default]
+        configs = [c for c in strat.configs(p) if c not in picked]
+        rng = random.Random(f"{strat.name}{shape}")
+        picked += rng.sample(configs, min(per_strategy - 1, len(configs)))
+        out += [(strat.name, c.model_dump()) for c in picked]
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__)
+    add_out(ap)
+    ap.add_argument("--shapes", default="grid", help="grid | smoke | B,L,M;B,L,M")
+    ap.add_argument("--configs", type=int, default=4, help="configs timed per strategy")
+    ap.add_argument("--strategies", default="", help="comma list (default: all)")
+    ap.add_argument("--seed", default="default,chunk32", help="seed variants, '' for none")
+    ap.add_argument("--seed-only-at", default="",
+                    help="B,L,M;...: seed variants other than 'default' only at these shapes "
+                         "(the seed compiles each shape for 80-90 s)")
+    ap.add_argument("--accel", action="store_true", help="time accelerated_scan.complex")
+    ap.add_argument("--fp32", action="store_true", help="also fp32 at two shapes")
+    ap.add_argument("--workers", type=int, default=min(14, os.cpu_count() or 1))
+    ap.add_argument("--rep-ms", type=int, default=150)
+    ap.add_argument("--tune-budget", type=float, default=0.0,
+                    help="seconds of tuning per (shape, mode); 0 skips tuning and scan timing")
+    ap.add_argument("--tune-max-configs", type=int, default=12)
+    ap.add_argument("--ship-bench", action="store_true",
+                    help="without tuning: cache each case's fastest timed candidate, export it "
+                         "as defaults.json and time samu_tune.scan dispatching to it")
+    ap.add_argument("--do-bench", action="store_true",
+                    help="also time each call with triton.testing.do_bench ({mode}_do_bench_ms)")
+    args = ap.parse_args(argv)
+    out_dir = args.out
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t_start = time.time()
+    if args.shapes == "grid":
+        shapes = GRID
+    elif args.shapes == "smoke":
+        shapes = [(1, 16384, 256), (8, 8192, 1024), (32, 512, 256)]
+    else:
+        shapes = parse_shapes(args.shapes)
+    cases = [(s, "bfloat16") for s in shapes]
+    if args.fp32:
+        cases += [(s, "float32") for s in FP32_SHAPES if s in shapes]
+    names = [n for n in args.strategies.split(",") if n]
+    seed_variants = ["seed_" + v for v in args.seed.split(",") if v]
+    seed_only_at = parse_shapes(args.seed_only_at) if args.seed_only_at else []
+
+    props = torch.cuda.get_device_properties(0)
+    result = {"device": props.name, "sm_count": props.multi_processor_count,
+              "torch": torch.__version__, "triton": triton.__version__,
+              "samu_tune": samu_tune.__version__, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    from samu_tune import cache as _cache
+    from samu_tune.device import device_info as _device_info
+    result["signature"] = _cache.signature_of(_device_info("cuda"))
+    result["copy_tbps"] = bw = copy_bandwidth_tbps()
+
+    def save():  # after every phase: a run stopped at its time limit keeps what it measured
+        result["wall_s"] = time.time() - t_start
+        write_json(out_dir / "bench.json", result)
+    print(f"{props.name}: copy bandwidth {bw:.2f} TB/s", flush=True)
+
+    # 1. correctness on the GPU of each strategy's default config (resets, h0, final, bf16)
+    result["verify"] = {}
+    for strat in registry.all_strategies():
+        if strat.name == "reference" or (names and strat.name not in names):
+            continue
+        try:
+            err = gpu_verify(strat.name, None)
+        except Exception as exc:
+            err = "raised " + error_text(exc)
+        result["verify"][strat.name] = err or "ok"
+        print(f"verify {strat.name}: {err or 'ok'}", flush=True)
+
+    # 2. candidates and parallel warm-up (compile) of everything
+    tasks = []
+    for shape, dtype in cases:
+        for name, cfg in strategy_candidates(shape, dtype, args.configs, names):
+            tasks.append(("strategy", name, cfg, shape, dtype, ("forward", "train")))
+        if dtype == "bfloat16":
+            tasks += [("seed", v, None, shape, dtype, ("forward", "train")) for v in seed_variants
+                      if v == "seed_default" or not seed_only_at or shape in seed_only_at]
+    t0 = time.time()
+    result["warm"] = warm_all(tasks, args.workers)
+    result["warm_wall_s"] = time.time() - t0
+    save()
+    print(f"warm-up of {len(tasks)} tasks: {time.time() - t0:.0f}s", flush=True)
+    if args.accel:
+        tasks += [("accel", "accelerated_scan", None, s, d, ("forward", "train"))
+                  for s, d in cases if d == "bfloat16"]
+
+    # 3. timing, one process, one candidate at a time
+    rows = []
+    for task in tasks:
+        kind, name, cfg, shape, dtype, modes = task
+        key = json.dumps(task[:5], default=str)
+        warm = result["warm"].get(key, {})
+        row = {"kind": kind, "name": name, "config": cfg, "shape": list(shape), "dtype": dtype,
+               "compile_s": warm.get("seconds")}
+        if warm.get("error"):
+            row["error"] = warm["error"]
+        else:
+            try:
+                row.update(measure(kind, name, cfg, shape, dtype, modes, args.rep_ms,
+                                   args.do_bench))
+            except Exception as exc:
+                row["error"] = error_text(exc)
+        _bw(row, shape, dtype, bw)
+        rows.append(row)
+        print(f"{kind:8s} {name:18s} {str(shape):18s} {dtype:8s} "
+              f"fwd {row.get('forward_ms', float('nan')):8.3f} ms "
+              f"(host {row.get('forward_host_ms', float('nan')):6.3f}) "
+              f"train {row.get('train_ms', float('nan')):8.3f} ms "
+              f"(host {row.get('train_host_ms', float('nan')):6.3f}) "
+              f"{row.get('error', '')[:80]}", flush=True)
+        if len(rows) % 10 == 0:
+            result["rows"] = rows
+            save()
+    result["rows"] = rows
+    save()
+
+    # 4. tune each case (budgeted), keep the faster of the tuner's winner and the best timed
+    #    candidate above as the cache entry, export it as the shipped table, time the dispatch
+    if args.tune_budget > 0 or args.ship_bench:
+        result["tuned"] = tune_and_ship(cases, rows, args, out_dir,
+                                        use_tuner=args.tune_budget > 0)
+        save()
+        for shape, dtype in cases:
+            row = {"kind": "scan", "name": "samu_tune.scan", "config": None,
+                   "shape": list(shape), "dtype": dtype}
+            try:
+                row.update(measure("scan", "scan", None, shape, dtype, ("forward", "train"),
+                                   args.rep_ms, args.do_bench))
+                from samu_tune import explain
+                for mode in ("forward", "train"):
+                    p = ScanProblem(B=shape[0], L=shape[1], M=shape[2], dtype=dtype,
+                                    backward=mode == "train")
+                    e = explain(p)
+                    row[f"{mode}_choice"] = f"{e.strategy} {e.config} ({e.source})"
+            except Exception as exc:
+                row["error"] = error_text(exc)
+            _bw(row, shape, dtype, bw)
+            rows.append(row)
+            print(f"scan     {str(shape):18s} {dtype:8s} fwd {row.get('forward_ms', float('nan')):8.3f}"
+                  f" ms train {row.get('train_ms', float('nan')):8.3f} ms "
+                  f"{row.get('forward_choice', '')} | {row.get('train_choice', '')}", flush=True)
+    save()
+    print(f"total {result['wall_s']:.0f}s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

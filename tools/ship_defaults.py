@@ -1,0 +1,96 @@
+"""Build a shipped winner table (``samu_tune/defaults/<signature>.json``) from a bench.json.
+
+    python -m tools.ship_defaults benchmarks/results/NVIDIA-H200/s16/final/grid/bench.json
+    python -m tools.ship_defaults --restamp samu_tune/defaults/NVIDIA-H200-sm90-132sm.json
+
+(the shipped H200 table's scan entries are the first command's output for that file; its
+decode entries are ``tools/tune_decode.py``'s winners, merged in from its cache file
+``benchmarks/results/NVIDIA-H200/s13/decode/cache/``: this command writes scan entries only)
+
+For every (shape, dtype, mode) of the benchmark, the fastest timed registered strategy and
+config wins; the runner-up is the fastest of a different strategy or config.  The file has the
+user cache's format (:mod:`samu_tune.cache`), with the versions the benchmark ran under.
+
+``--restamp TABLE``: set every entry's ``source_hash`` to its strategy's current one, after an
+edit that leaves the kernels' code as measured (docstrings, comments): the table otherwise
+reads as stale.  Nothing else in the table changes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from samu_tune import cache, registry
+from samu_tune.problem import ScanProblem
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def entries(data: dict) -> dict[str, cache.CacheEntry]:
+    versions = {"samu_tune": data["samu_tune"], "torch": data["torch"], "triton": data["triton"]}
+    groups: dict[tuple, list[dict]] = {}
+    for r in data["rows"]:
+        if r["kind"] != "strategy":
+            continue
+        for mode in ("forward", "train"):
+            if f"{mode}_ms" in r:
+                groups.setdefault((tuple(r["shape"]), r["dtype"], mode), []).append(r)
+    out = {}
+    for (shape, dtype, mode), rows in sorted(groups.items()):
+        rows = sorted(rows, key=lambda r: r[f"{mode}_ms"])
+        best, rest = rows[0], rows[1:]
+        B, L, M = shape
+        key = ScanProblem(B=B, L=L, M=M, dtype=dtype, device="cuda",
+                          backward=mode == "train").key()
+        runner = rest[0] if rest else None
+        out[key] = cache.CacheEntry(
+            key=key, mode=mode, strategy=best["name"], config=best["config"],
+            time_ms=best[f"{mode}_ms"],
+            runner_up=None if runner is None else cache.RunnerUp(
+                strategy=runner["name"], config=runner["config"], time_ms=runner[f"{mode}_ms"]),
+            margin=None if runner is None else runner[f"{mode}_ms"] / best[f"{mode}_ms"] - 1,
+            source_hash=registry.get(best["name"]).source_hash, measured_at=data["started"],
+            cpu_wall_time=False, versions=versions, search="bench")
+    return out
+
+
+def restamp(path: Path) -> int:
+    """Re-stamp the entries of the table at ``path`` in place; returns how many changed."""
+    table = cache.CacheFile.model_validate_json(path.read_text())
+    changed = 0
+    for e in table.entries.values():
+        current = registry.get(e.strategy, e.op).source_hash
+        if e.source_hash != current:
+            e.source_hash = current
+            changed += 1
+    path.write_text(table.model_dump_json(indent=1))
+    return changed
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("bench_json", nargs="?", type=Path,
+                      help="a bench.json of benchmarks/bench_scan.py")
+    what.add_argument("--restamp", type=Path, metavar="TABLE",
+                      help="re-stamp the entries of a shipped table in place")
+    args = ap.parse_args(argv)
+    if args.restamp:
+        n = restamp(args.restamp)
+        print(f"{args.restamp}: {n} entries re-stamped")
+        return
+    src = args.bench_json
+    data = json.loads(src.read_text())
+    meta = cache.CacheMeta(signature=data["signature"], samu_tune=data["samu_tune"],
+                           torch=data["torch"], triton=data["triton"], written_at=data["started"])
+    table = cache.CacheFile(meta=meta, entries=entries(data))
+    dest = ROOT / "samu_tune" / "defaults" / f"{data['signature']}.json"
+    dest.write_text(table.model_dump_json(indent=1))
+    print(f"{dest}: {len(table.entries)} entries")
+    for e in table.entries.values():
+        print(f"  {e.key:28s} {e.strategy:10s} {e.time_ms:7.3f} ms  {e.config}")
+
+
+if __name__ == "__main__":
+    main()
