@@ -17,7 +17,8 @@
 #   9. decode tokens/s (SAMU.step vs the seed)                   T_DECODE   -> layer/
 #  10. cold tune with and without the compile pool (COLD_ARGS)   T_COLD     -> cold_tune/
 #  11. Nsight Compute counters of the look-back kernel (NCU_CONFIGS: config specs; NCU_ARGS,
-#      e.g. --dtype float32), forward and forward+backward       T_NCU      -> ncu/
+#      e.g. --dtype float32), forward and forward+backward; T_NCU bounds each profile, two
+#      per config                                                T_NCU      -> ncu/
 # Defaults: tests, grid, dispatch, tuner and decode on; the others off.  A baseline DIR is an
 # older tree carried along (before / after on one machine, in one call): for LOOKBACK_BASELINE
 # `mkdir -p .baseline && git archive REV samu_tune benchmarks | tar -x -C .baseline`, for
