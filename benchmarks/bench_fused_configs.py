@@ -6,7 +6,7 @@
 For each layer shape (B, L, M) (x [B, L, 2M] bf16, fp32 parameters: bench_layer's layer
 rows) and each loop-inner :class:`LookbackConfig` (specs as
 :func:`benchmarks.common.parse_lookback_config`: ``64x512x4lr2`` = chunk 64, block_m 512,
-4 warps, loop inner, 2 rows per step), the fused layer is called as ``samu_tune.layer.fused.forward`` calls it,
+4 warps, loop inner, 2 rows per step), the fused layer is called as ``samu_tune.ops.layer.fused.forward`` calls it,
 ``lookback.fused_layer(x, dirs, scales, gamma, nu_log, theta_log, cfg)``, with ``cfg`` passed
 straight in: no dispatch and no ``_fused_measured`` cap, so rows-2 configs at 4 lanes per thread
 are timed too.  Two modes, GPU time (``common.time_call``, as bench_layer's ``_bench``):
@@ -51,10 +51,10 @@ import torch
 
 import samu_tune
 from samu_tune import dispatch
-from samu_tune.layer import fused
+from samu_tune.ops.layer import fused
 from samu_tune.settings import settings
-from samu_tune.strategies import lookback
-from samu_tune.strategies.lookback import LookbackConfig
+from samu_tune.ops.scan.strategies import lookback
+from samu_tune.ops.scan.strategies.lookback import LookbackConfig
 from samu_tune.tolerances import TOLERANCES, relative_error
 
 from benchmarks.common import (LAYER_SHAPES, add_out, error_text, lookback_spec,

@@ -88,7 +88,11 @@ import samu_tune  # noqa: E402
 from samu_tune import timing  # noqa: E402
 from samu_tune.device import device_info  # noqa: E402
 from samu_tune.settings import settings  # noqa: E402
-from samu_tune.problem import DecodeProblem, LayerProblem, ScanProblem  # noqa: E402
+from samu_tune import DecodeProblem, ScanProblem  # noqa: E402
+try:
+    from samu_tune.ops.layer.problem import LayerProblem
+except ImportError:  # the samu_tune of a baseline run, before the ops had folders
+    from samu_tune.problem import LayerProblem
 
 from benchmarks.common import GRID, accel_operands, add_out, error_text, write_json  # noqa: E402
 

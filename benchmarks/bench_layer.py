@@ -26,8 +26,8 @@ import time
 import torch
 
 import samu_tune
-from samu_tune.layer import controller
-from samu_tune.layer.reference import step_reference
+from samu_tune.ops.layer import controller
+from samu_tune.ops.layer.reference import step_reference
 
 from benchmarks.common import (LAYER_SHAPES, add_out, error_text, per_call_us, seed_module,
                                time_call, write_json)

@@ -25,8 +25,9 @@ from pathlib import Path
 import torch
 
 from samu_tune import registry, timing
-from samu_tune.problem import ScanProblem
-from samu_tune.strategies.lookback import LookbackConfig
+from samu_tune.ops.scan import timing as scan_timing
+from samu_tune.ops.scan.problem import ScanProblem
+from samu_tune.ops.scan.strategies.lookback import LookbackConfig
 from samu_tune.tolerances import TOLERANCES, relative_error
 
 from benchmarks.common import (copy_bandwidth_tbps, error_text, floor_ms, parse_lookback_config,
@@ -86,7 +87,7 @@ def time_mode(strat, cfg, problem, backward: bool) -> tuple[float, float, float,
     """(first-call seconds, median ms of event samples, kernel ms, per kernel: launches and
     microseconds per step)."""
     p = problem.model_copy(update={"backward": backward})
-    step = timing.Step(p, "cuda", pool=2)
+    step = scan_timing.Step(p, "cuda", pool=2)
     fn = lambda i: strat.run(i, cfg)  # noqa: E731
     t0 = time.perf_counter()
     step(fn, step.next_inputs())
@@ -120,7 +121,7 @@ def main() -> None:
     rows = []
     for B, L, M in shapes:
         problem = ScanProblem(B=B, L=L, M=M, dtype="bfloat16", device="cuda")
-        inputs = timing.fast_random_inputs(problem, seed=0, device="cuda")
+        inputs = scan_timing.fast_random_inputs(problem, seed=0, device="cuda")
         g = torch.Generator(device="cuda").manual_seed(1)
         upstream = [torch.randn(B, L, M, generator=g, device="cuda").to(torch.bfloat16)
                     for _ in range(2)]

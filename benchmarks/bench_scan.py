@@ -31,8 +31,8 @@ import triton
 
 import samu_tune
 from samu_tune import registry
-from samu_tune.problem import ScanProblem
-from samu_tune.verify import random_inputs, verify
+from samu_tune.ops.scan.problem import ScanProblem
+from samu_tune.ops.scan.verify import random_inputs, verify
 
 from benchmarks.common import (GRID, add_out, copy_bandwidth_tbps, error_text, floor_ms,
                                make_call, parse_shapes, time_call, warm_all, write_json)

@@ -39,10 +39,12 @@ import torch
 import samu_tune
 from samu_tune import registry, timing
 from samu_tune.device import device_info
-from samu_tune.problem import ScanProblem
+from samu_tune.ops.scan.problem import ScanProblem
 from samu_tune.settings import settings
-from samu_tune.tuner import _priors, candidate_name, config_json, verification_problem
-from samu_tune.verify import verify_strategy
+from samu_tune.ops.scan.spec import verification_problem
+from samu_tune.results import candidate_name, config_json
+from samu_tune.tuner import _priors
+from samu_tune.ops.scan.verify import verify_strategy
 
 from benchmarks.common import (add_out, error_text, make_call, parse_shape, spawn_pool,
                                time_call, write_json)

@@ -61,7 +61,7 @@ def parse_lookback_config(spec: str):
     chained look-back, ``l`` loop-inner (``64x512x4l``, ``64x512x4cl``), then ``rN``: N rows
     per loop step (``32x512x4lr2``), ``wN``: look-back width N (``128x32x4w8``) and ``pN``: N
     software-pipeline stages of the loop walks (``64x256x2lr2p4``)."""
-    from samu_tune.strategies.lookback import LookbackConfig
+    from samu_tune.ops.scan.strategies.lookback import LookbackConfig
     m = _LOOKBACK_SPEC.fullmatch(spec)
     if m is None:
         raise ValueError(
@@ -207,7 +207,7 @@ def _seed_fn(variant: str):
 def accel_operands(eta, delta, nu_log, theta_log, br, bi):
     """accelerated_scan.complex's inputs: the materialised transition and the input, complex64
     [B, M, L] (built outside any timed call)."""
-    from samu_tune.reference import transition
+    from samu_tune.ops.scan.reference import transition
     with torch.no_grad():
         ar, ai = transition(eta, delta, nu_log, theta_log)
         forget = torch.complex(ar, ai).transpose(1, 2).contiguous()
@@ -221,7 +221,7 @@ def make_fn(kind: str, name: str, config: Optional[dict]):
     registered strategy at ``config``, ``samu_tune.scan`` (kind ``scan``) or a seed variant."""
     import samu_tune
     from samu_tune import registry
-    from samu_tune.tensors import ScanOutput
+    from samu_tune.ops.scan.tensors import ScanOutput
     if kind == "strategy":
         strat = registry.get(name)
         cfg = strat.parse_config(config)
@@ -237,10 +237,10 @@ def make_fn(kind: str, name: str, config: Optional[dict]):
 def make_call(kind, name, config, problem, device="cuda"):
     """A zero-argument call that runs one timed unit of the candidate on ``problem`` (forward,
     or forward + backward when ``problem.backward``) on the next input set of a pool, as the
-    tuner's :class:`samu_tune.timing.Step` does.  accelerated_scan (kind ``accel``) gets its
+    tuner's :class:`samu_tune.ops.scan.timing.Step` does.  accelerated_scan (kind ``accel``) gets its
     complex inputs prepared outside the call (its transition and layout are not timed)."""
-    from samu_tune import timing
-    step = timing.Step(problem, device, pool=2, seed=1000)
+    from samu_tune.ops.scan import timing as scan_timing
+    step = scan_timing.Step(problem, device, pool=2, seed=1000)
     if kind != "accel":
         fn = make_fn(kind, name, config)
         return lambda: step(fn, step.next_inputs())
@@ -272,7 +272,7 @@ def spawn_pool(workers: int) -> cf.ProcessPoolExecutor:
 
 def _warm(task):
     kind, name, config, shape, dtype, modes = task
-    from samu_tune.problem import ScanProblem
+    from samu_tune.ops.scan.problem import ScanProblem
     torch.cuda.set_device(0)
     t0 = time.perf_counter()
     try:

@@ -24,11 +24,13 @@ import torch  # noqa: E402
 import samu_tune  # noqa: E402
 from samu_tune import cache, dispatch, registry  # noqa: E402
 from samu_tune.device import device_info  # noqa: E402
-from samu_tune.problem import ScanProblem  # noqa: E402
-from samu_tune.registry import Capability, Strategy  # noqa: E402
-from samu_tune.tensors import ScanOutput  # noqa: E402
-from samu_tune.validation import validate  # noqa: E402
-from samu_tune.verify import random_inputs  # noqa: E402
+from samu_tune.ops.scan.problem import ScanProblem  # noqa: E402
+from samu_tune.ops.scan.capability import Capability
+from samu_tune.registry import Strategy  # noqa: E402
+from samu_tune.ops.scan.tensors import ScanOutput  # noqa: E402
+from samu_tune.ops.scan.validation import validate  # noqa: E402
+from samu_tune.ops.scan.api import problem_of  # noqa: E402
+from samu_tune.ops.scan.verify import random_inputs  # noqa: E402
 
 from benchmarks.common import per_call_us  # noqa: E402
 
@@ -47,7 +49,7 @@ def main() -> int:
     inp = random_inputs(problem, seed=0, device=args.device)
     call = (inp.eta, inp.delta, inp.nu_log, inp.theta_log, inp.br, inp.bi)
     cfg = trivial.default_config(problem)
-    actual = dispatch.problem_of(validate(*call))
+    actual = problem_of(validate(*call))
     dev = device_info(args.device)
     cache.put(cache.CacheEntry(
         key=actual.key(), mode="forward", strategy=trivial.name, config={}, time_ms=0.001,

@@ -6,20 +6,25 @@ registered strategy for the problem and GPU; ``samu_tune.tune(problem)`` measure
 """
 __version__ = "0.1.0"
 
-from . import cache  # noqa: E402
-from .layer import SAMU, varlen_scan  # noqa: E402
-from .ops import complex_scan, real_scan  # noqa: E402
-from .dispatch import (Decision, Explanation, NoEligibleStrategy, choose, explain,  # noqa: E402
-                       resolve, scan)
-from .problem import DecodeProblem, ScanProblem  # noqa: E402
-from .reference import scan_reference  # noqa: E402
-from .registry import Capability, Strategy, all_strategies, eligible, get, register  # noqa: E402
-from .rules import rule_choice  # noqa: E402
-from .tensors import ScanInputs, ScanOutput  # noqa: E402
-from .tuner import Candidate, TuneEvent, TuneResult, tune  # noqa: E402
-from . import torch_ops  # noqa: E402,F401  (the samu_tune::* operators, before any trace)
-from .settings import settings as _settings  # noqa: E402
+from samu_tune import cache  # noqa: E402
+from samu_tune.ops.layer import SAMU, varlen_scan  # noqa: E402
+from samu_tune.ops.linear import complex_scan, real_scan  # noqa: E402
+from samu_tune.dispatch import Decision, NoEligibleStrategy, choose, resolve  # noqa: E402
+from samu_tune.explain import Explanation  # noqa: E402
+from samu_tune.ops.scan.api import explain, scan  # noqa: E402
+from samu_tune.ops.decode.problem import DecodeProblem  # noqa: E402
+from samu_tune.ops.scan.problem import ScanProblem  # noqa: E402
+from samu_tune.ops.scan.reference import scan_reference  # noqa: E402
+from samu_tune.ops.scan.capability import Capability  # noqa: E402
+from samu_tune.registry import Strategy, all_strategies, eligible, get, register  # noqa: E402
+from samu_tune.rules import rule_choice  # noqa: E402
+from samu_tune.ops.scan.tensors import ScanInputs, ScanOutput  # noqa: E402
+from samu_tune.results import Candidate, TuneEvent, TuneResult  # noqa: E402
+from samu_tune.tuner import tune  # noqa: E402
+from samu_tune import opspec as _opspec  # noqa: E402
+from samu_tune.settings import settings as _settings  # noqa: E402
 
+_opspec.load_builtin()   # every op's strategies and samu_tune::* operators, before any trace
 _settings()   # read the environment now: torch.compile traces a read of it, not its parsing
 
 __all__ = [

@@ -38,7 +38,7 @@ def suggested_workers(device: torch.device) -> int:
     """A pool size for a tune on ``device``: CUDA: the host's cores less one, at most 8 (each
     worker holds a CUDA context); the CPU: 0 (the interpreter runs the candidates where they
     are).  The pool is opt-in (``SAMU_TUNE_COMPILE_WORKERS`` or ``tune(compile_workers=N)``);
-    ``scripts/bench_cold_tune.py`` measures a cold tune with and without it."""
+    ``python -m benchmarks.bench_cold_tune`` measures a cold tune with and without it."""
     if device.type != "cuda":
         return 0
     return max(0, min(8, (os.cpu_count() or 1) - 1))
@@ -53,10 +53,10 @@ def _job(op: str, problem: dict, strategy: str, config: dict, seed: int, device:
     ``"unknown"`` (no verdict: failure says why)."""
     t0 = time.monotonic()
     try:
-        from . import opspec, registry
-        from .device import device_info
-        from .problem import PROBLEM_TYPES
-        prob = PROBLEM_TYPES[op].model_validate(problem)
+        from samu_tune import opspec, registry
+        from samu_tune.device import device_info
+        from samu_tune import opspec
+        prob = opspec.get(op).problem_type.model_validate(problem)
         strat = registry.get(strategy, op)
         cfg = strat.parse_config(config)
         spec = opspec.of(prob)

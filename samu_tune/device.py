@@ -8,7 +8,7 @@ from typing import Literal, Optional
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from .settings import settings
+from samu_tune.settings import settings
 
 
 class DeviceInfo(BaseModel):

@@ -1,4 +1,4 @@
-"""``samu_tune.scan``: validate -> ScanProblem -> choose a strategy -> run it.
+"""Choosing a (strategy, config) for a problem of any op, memoized per call signature.
 
 Choosing (:func:`choose`), by policy (``SAMU_TUNE_MODE``):
 
@@ -19,12 +19,12 @@ change.  Never tuned while a CUDA graph is being captured (the cached/rule choic
 not memoized).  Under ``torch.distributed`` the decision is made on rank 0 and broadcast, so all
 ranks run the same strategy; like any collective this needs every rank to call ``scan`` on
 the same sequence of problems the first time each is seen (it is memoized afterwards and not
-re-synchronised, even when the cache file changes).  Under torch.compile ``scan`` is
-traced: its kernels are the operators of :mod:`samu_tune.torch_ops`, which decide inside.
+re-synchronised, even when the cache file changes).  Under torch.compile an op's kernels are
+its operators (``samu_tune/ops/<op>/library.py``), which decide inside.
 
-Other ops (the decode step) go through the same :func:`choose` (their problem's ``op`` picks
-their strategies, cache keys and rules; the scan-only "without initial/final state" fallback is
-the op spec's ``relax``) and memo (:func:`decide`), without the distributed broadcast.
+Every op goes through the same :func:`choose` (the problem's ``op`` picks its strategies, cache
+keys and rules; a fallback such as the scan's "without initial/final state" is the op spec's
+``relax``) and memo (:func:`decide`); the scan asks for the distributed broadcast.
 """
 from __future__ import annotations
 
@@ -35,21 +35,19 @@ from typing import Any, Callable, Hashable, NamedTuple, Optional, Union
 import torch
 from pydantic import BaseModel
 
-from . import cache, opspec, registry
-from .device import DeviceInfo, device_info
-from .problem import PROBLEM_TYPES, Problem, ScanProblem
-from .registry import Strategy
-from .rules import NoEligibleStrategy, RuleChoice, rule_choice, usable_config
-from .settings import settings
-from .tensors import ScanInputs, ScanOutput
-from .validation import validate
+from samu_tune import cache, opspec, registry
+from samu_tune.device import DeviceInfo, device_info
+from samu_tune.problem import Problem
+from samu_tune.registry import Strategy
+from samu_tune.rules import NoEligibleStrategy, RuleChoice, rule_choice
+from samu_tune.settings import settings
 
 log = logging.getLogger(__name__)
 
 StrategyArg = Union[str, tuple[str, Union[BaseModel, dict, None]]]
 
-__all__ = ["scan", "resolve", "choose", "decide", "explain", "rule_choice", "Decision",
-           "Explanation", "NoEligibleStrategy", "clear_memo", "problem_of", "run"]
+__all__ = ["resolve", "choose", "decide", "rule_choice", "Decision",
+           "NoEligibleStrategy", "clear_memo"]
 
 
 class Decision(NamedTuple):
@@ -187,7 +185,7 @@ def _forced(problem: Problem, strategy: StrategyArg, dev: DeviceInfo) -> Decisio
 
 def _online(problem: Problem, dev: DeviceInfo, device: Optional[torch.device],
             trail: list[str]) -> Optional[Decision]:
-    from .tuner import tune
+    from samu_tune.tuner import tune
     try:
         result = tune(problem, budget_s=settings().tune_budget_s,
                       device=device if problem.device == "cuda" else None)
@@ -252,7 +250,7 @@ def choose(problem: Problem, strategy: StrategyArg = "auto", *,
 
 def _relaxed(problem: Problem, dev: DeviceInfo, trail: list[str]) -> Optional[Decision]:
     """The tables' choice for the op spec's relaxed problem (``OpSpec.relax``; the scan: the
-    same problem without initial / final state, see :func:`samu_tune.scan_op.
+    same problem without initial / final state, see :func:`samu_tune.ops.scan.spec.
     without_state_features`).  The entry must still run ``problem`` (capability and config
     checked against the real problem)."""
     relax = opspec.of(problem).relax
@@ -289,23 +287,6 @@ _MEMO_MAX = 4096
 def clear_memo() -> None:
     """Forget memoized decisions (they are also dropped when cache/registry/settings change)."""
     _MEMO.clear()
-
-
-def _fast_key(inputs: ScanInputs, backward: Optional[bool] = None) -> tuple:
-    """Everything ScanProblem.from_tensors reads, without building a pydantic model
-    (``backward`` given: the caller knows whether gradients will be taken)."""
-    br = inputs.br
-    if backward is None:
-        backward = torch.is_grad_enabled() and (
-            inputs.eta.requires_grad or inputs.delta.requires_grad
-            or inputs.nu_log.requires_grad or inputs.theta_log.requires_grad
-            or br.requires_grad or inputs.bi.requires_grad
-            or (inputs.initial_state is not None
-                and (inputs.initial_state[0].requires_grad
-                     or inputs.initial_state[1].requires_grad)))
-    return (br.shape, br.dtype, inputs.eta.dtype, br.device, backward,
-            inputs.segment_pos is not None, inputs.initial_state is not None,
-            inputs.output_final_state, torch.are_deterministic_algorithms_enabled())
 
 
 def _broadcast(problem: Problem, strategy: StrategyArg, device: Optional[torch.device]
@@ -355,30 +336,15 @@ def _memo_hit(memo_key: tuple, s) -> Optional[Decision]:
     return None
 
 
-def _decide(inputs: ScanInputs, strategy: StrategyArg, backward: Optional[bool] = None
-            ) -> Decision:
-    """The scan's memoized decision for validated ``inputs`` (``backward``: see
-    :func:`_fast_key`; the operators of :mod:`samu_tune.torch_ops` pass it, their tensors
-    carry no autograd state)."""
-    s = settings()
-    memo_key = None
-    if isinstance(strategy, str):
-        memo_key = (_fast_key(inputs, backward), strategy, s.mode, registry.generation())
-        hit = _memo_hit(memo_key, s)
-        if hit is not None:
-            return hit
-    return _decide_miss(memo_key, problem_of(inputs, backward), inputs.br.device, strategy, s,
-                        True)
-
-
 def decide(call_key: Hashable, problem: Callable[[], Problem], device: Optional[torch.device],
-           strategy: StrategyArg = "auto") -> Decision:
-    """:func:`choose`, memoized like :func:`scan`'s decision, for any op.
+           strategy: StrategyArg = "auto", *, broadcast: bool = False) -> Decision:
+    """:func:`choose`, memoized, for a call of any op.
 
     ``call_key``: a hashable tuple of everything ``problem()`` reads from the call (it must
     differ between ops, e.g. start with the op's name); ``problem()`` builds the problem only
-    on a miss.  Never tunes during CUDA graph capture; no distributed broadcast (each rank
-    chooses locally: the same cache files give the same choice).
+    on a miss.  Never tunes during CUDA graph capture.  ``broadcast``: under
+    ``torch.distributed`` rank 0 decides and every rank adopts it (the scan); otherwise each
+    rank chooses locally (the same cache files give the same choice).
     """
     s = settings()
     memo_key = None
@@ -387,7 +353,7 @@ def decide(call_key: Hashable, problem: Callable[[], Problem], device: Optional[
         hit = _memo_hit(memo_key, s)
         if hit is not None:
             return hit
-    return _decide_miss(memo_key, problem(), device, strategy, s, False)
+    return _decide_miss(memo_key, problem(), device, strategy, s, broadcast)
 
 
 def _decide_miss(memo_key: Optional[tuple], problem: Problem, device: Optional[torch.device],
@@ -412,181 +378,3 @@ def _decide_miss(memo_key: Optional[tuple], problem: Problem, device: Optional[t
         _MEMO[memo_key] = (s, registry._REGISTRY, sig,
                            None if stable else cache.generation(sig), decision)
     return decision
-
-
-# ---- scan ------------------------------------------------------------------------------------
-
-# torch.compile must not trace the decision (it reads files, clocks and a memo): under
-# compilation scan calls the operators of samu_tune.torch_ops, which decide inside.
-# torch._disable_dynamo is torch.compiler.disable with the import of torch._dynamo (about 2 s
-# on a slow host) deferred to the first call.
-_disable_dynamo = getattr(torch, "_disable_dynamo", None) or torch.compiler.disable
-_is_compiling = getattr(torch.compiler, "is_compiling", None) or (lambda: False)
-
-
-def scan(eta: torch.Tensor, delta: torch.Tensor, nu_log: torch.Tensor, theta_log: torch.Tensor,
-         br: torch.Tensor, bi: torch.Tensor, *,
-         initial_state: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
-         segment_pos: Optional[torch.Tensor] = None, output_final_state: bool = False,
-         strategy: StrategyArg = "auto") -> ScanOutput:
-    """The SAMU scan ``h[t] = A[t] h[t-1] + (br[t] + i bi[t])`` (see ``samu_tune.reference``).
-
-    eta, delta: [B, L]; nu_log, theta_log: [M]; br, bi: [B, L, M];
-    initial_state: (h0_r, h0_i) each [B, M]; segment_pos: integer [B, L], 0 starts a sequence.
-    Returns ``ScanOutput(real, imag, final_state)``: [B, L, M] in br's dtype, and fp32
-    (h_r, h_i) [B, M] when ``output_final_state``.  ``strategy`` is ``"auto"`` (the dispatch
-    policy, see :mod:`samu_tune.dispatch`), a registered name, or ``(name, config)``.
-    Under torch.compile the kernels run as the operators ``samu_tune::scan_fwd`` /
-    ``scan_bwd`` (:mod:`samu_tune.torch_ops`: no graph break, CUDA-graph capturable); float64
-    inputs and CPU tensors without the Triton interpreter trace the torch reference.
-    """
-    if _is_compiling():
-        return _scan_traced(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
-                            output_final_state, strategy)
-    return _scan(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
-                 output_final_state, strategy)
-
-
-def _scan(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
-          output_final_state, strategy) -> ScanOutput:
-    inputs = validate(eta, delta, nu_log, theta_log, br, bi, initial_state=initial_state,
-                      segment_pos=segment_pos, output_final_state=output_final_state)
-    decision = _decide(inputs, strategy)
-    return run(decision.strategy, decision.config, inputs)
-
-
-def _scan_traced(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
-                 output_final_state, strategy) -> ScanOutput:
-    """:func:`scan` under torch.compile: validation traced, the kernels as operators."""
-    from . import torch_ops
-    from .reference import scan_reference
-    inputs = validate(eta, delta, nu_log, theta_log, br, bi, initial_state=initial_state,
-                      segment_pos=segment_pos, output_final_state=output_final_state)
-    if (strategy == "reference" or inputs.br.dtype == torch.float64
-            or inputs.eta.dtype == torch.float64 or inputs.nu_log.dtype == torch.float64
-            or (not inputs.br.is_cuda and not settings().interpret)):
-        return scan_reference(inputs.eta, inputs.delta, inputs.nu_log, inputs.theta_log,
-                              inputs.br, inputs.bi, initial_state=inputs.initial_state,
-                              segment_pos=inputs.segment_pos,
-                              output_final_state=inputs.output_final_state)
-    if not torch_ops.operators_serve(torch_ops.strategy_string(strategy)):
-        return _scan_eager(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
-                           output_final_state, strategy)
-    return torch_ops.scan(inputs, strategy)
-
-
-# a strategy without an autograd Function (one registered from outside) runs eagerly behind a
-# graph break under torch.compile: the operators cannot split its forward from its backward
-_scan_eager = _disable_dynamo(_scan)
-
-
-def problem_of(inputs: ScanInputs, backward: Optional[bool] = None) -> ScanProblem:
-    return ScanProblem.from_tensors(
-        inputs.eta, inputs.br, segment_pos=inputs.segment_pos,
-        initial_state=inputs.initial_state, output_final_state=inputs.output_final_state,
-        backward=backward, tensors=inputs.differentiable())
-
-
-def run(strat: Strategy, cfg: BaseModel, inputs: ScanInputs) -> ScanOutput:
-    """Run a chosen strategy; normalises ``final_state`` to None when not asked for."""
-    out = strat.run(inputs, cfg)
-    if not inputs.output_final_state and out.final_state is not None:
-        out = ScanOutput(out.real, out.imag, None)
-    return out
-
-
-# ---- explain ---------------------------------------------------------------------------------
-
-class StrategyReport(BaseModel):
-    name: str
-    description: str
-    priority: int
-    eligible: bool
-    reasons: list[str]
-    default_config: Optional[dict[str, Any]] = None
-    configs: int = 0
-    deterministic: bool = True
-
-
-class Explanation(BaseModel):
-    """What dispatch would do for a problem, and why; ``str()`` gives the text form.
-
-    ``source``: forced / exact / nearest / default / rule (or None with ``error`` when nothing
-    can run); ``source_key``: the cache key used for exact / nearest / default; ``trail``:
-    why earlier sources were passed over; ``strategies``: every registered strategy with its
-    eligibility reasons.
-    """
-
-    problem: Problem
-    signature: str
-    policy: str
-    strategy: Optional[str] = None
-    config: Optional[dict[str, Any]] = None
-    source: Optional[str] = None
-    source_key: Optional[str] = None
-    detail: str = ""
-    trail: list[str] = []
-    error: Optional[str] = None
-    strategies: list[StrategyReport] = []
-
-    def text(self) -> str:
-        lines = [f"problem {self.problem.key()} on {self.signature} (policy {self.policy})"]
-        if self.strategy is not None:
-            cfg = ", ".join(f"{k}={v}" for k, v in (self.config or {}).items()) or "-"
-            key = f" [{self.source_key}]" if self.source_key else ""
-            lines.append(f"choice: {self.strategy} ({cfg}) from {self.source}{key}: {self.detail}")
-        else:
-            lines.append(f"choice: none: {self.error}")
-        if self.trail:
-            lines.append("passed over:")
-            lines += [f"  - {t}" for t in self.trail]
-        lines.append("strategies:")
-        for r in self.strategies:
-            state = "eligible" if r.eligible else "ineligible: " + "; ".join(r.reasons)
-            lines.append(f"  {r.name} (priority {r.priority}, {r.configs} configs): {state}")
-        return "\n".join(lines)
-
-    def __str__(self) -> str:
-        return self.text()
-
-
-def explain(*args, strategy: StrategyArg = "auto", policy: Optional[str] = None,
-            **kwargs) -> Explanation:
-    """Explain dispatch for ``explain(problem)`` (of any op: a :class:`ScanProblem`, a
-    :class:`DecodeProblem`) or ``explain(<the arguments of scan>)``.
-
-    Never tunes (under the online policy a miss says it would tune).  Every registered
-    strategy is listed with its eligibility reasons.
-    """
-    if len(args) == 1 and not kwargs and isinstance(args[0], tuple(PROBLEM_TYPES.values())):
-        problem = args[0]
-        device = None
-    else:
-        inputs = validate(*args, **kwargs)
-        problem = problem_of(inputs)
-        device = inputs.br.device
-    dev = _signature(problem, device)
-    policy = policy or settings().mode
-    reports = []
-    for strat, reasons in registry.eligible(problem, dev):
-        cfg = usable_config(strat, problem) if not reasons else None
-        reports.append(StrategyReport(
-            name=strat.name, description=strat.description, priority=strat.priority,
-            eligible=not reasons, reasons=reasons,
-            default_config=None if cfg is None else cfg.model_dump(mode="json"),
-            configs=len(strat.configs(problem)) if not reasons else 0,
-            deterministic=strat.capability.deterministic))
-    trail: list[str] = []
-    out = Explanation(problem=problem, signature=dev.signature(), policy=policy, trail=trail,
-                      strategies=reports)
-    try:
-        d = choose(problem, strategy, policy=policy, device=device, allow_tune=False,
-                   trail=trail)
-    except (NoEligibleStrategy, ValueError) as exc:
-        out.error = str(exc)
-        out.trail = trail
-        return out
-    out.strategy, out.config = d.strategy.name, d.config.model_dump(mode="json")
-    out.source, out.source_key, out.detail = d.source, d.source_key, d.detail
-    out.trail = trail
-    return out

@@ -74,7 +74,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .settings import settings as _settings
+from samu_tune.settings import settings as _settings
 
 log = logging.getLogger(__name__)
 

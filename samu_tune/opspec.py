@@ -8,8 +8,8 @@ the small problem candidates are verified on, and the timed call.  Dispatch read
 (the rule-based choice when nothing tuned applies) and ``relax`` (a neighbouring problem whose
 tuned winner is the best guess when this one has none).
 
-Specs are registered by the op's module on import; :data:`BUILTIN` maps each built-in op to
-that module, imported on first use.
+Specs are registered by the op's ``spec`` module on import; :data:`samu_tune.ops.BUILTIN` maps
+each built-in op to that module, imported on first use.
 """
 from __future__ import annotations
 
@@ -17,10 +17,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-# op -> module whose import registers its spec (and its strategies)
-BUILTIN: dict[str, str] = {"scan": "samu_tune.scan_op", "decode": "samu_tune.layer.decode_op",
-                           "layer": "samu_tune.layer.layer_op",
-                           "linear": "samu_tune.ops.linear_op"}
+from samu_tune.ops import BUILTIN
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,6 +71,18 @@ def get(op: str) -> OpSpec:
     if spec is None:
         raise ValueError(f"no op spec for {op!r}; known ops: {sorted(set(_SPECS) | set(BUILTIN))}")
     return spec
+
+
+def ops() -> list[str]:
+    """Every op with a spec: the built-in ones (in :data:`BUILTIN`'s order), then any
+    registered later."""
+    return list(BUILTIN) + sorted(set(_SPECS) - set(BUILTIN))
+
+
+def load_builtin() -> None:
+    """Import every built-in op's spec module (registering its spec and strategies)."""
+    for module in BUILTIN.values():
+        importlib.import_module(module)
 
 
 def of(problem) -> OpSpec:

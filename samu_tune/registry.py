@@ -14,7 +14,6 @@ import ast
 import functools
 import hashlib
 import io
-import importlib
 import inspect
 import itertools
 import tokenize
@@ -25,12 +24,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from .device import DeviceInfo, device_info
-from .problem import Problem, ScanProblem
-
-ALL_DTYPES = frozenset({"float32", "bfloat16", "float16"})
-CONTROL_DTYPES = frozenset({"float32", "bfloat16"})
-
+from samu_tune.device import DeviceInfo, device_info
+from samu_tune.problem import Problem
 
 def device_reasons(problem_device: str, devices: frozenset[str], triton: bool,
                    device: Optional[DeviceInfo]) -> list[str]:
@@ -42,55 +37,6 @@ def device_reasons(problem_device: str, devices: frozenset[str], triton: bool,
     elif problem_device not in devices:
         return [f"device {problem_device} not in {sorted(devices)}"]
     return []
-
-
-class Capability(BaseModel):
-    """What a strategy can run, as data; :meth:`reasons` says in words why it cannot."""
-
-    model_config = ConfigDict(frozen=True)
-
-    dtypes: frozenset[str] = ALL_DTYPES
-    control_dtypes: frozenset[str] = CONTROL_DTYPES
-    devices: frozenset[str] = frozenset({"cuda"})
-    triton: bool = True            # Triton kernels: CPU tensors only under TRITON_INTERPRET=1
-    max_modes: Optional[int] = None
-    max_length: Optional[int] = None
-    resets: bool = True
-    initial_state: bool = True
-    final_state: bool = True
-    backward: bool = True
-    deterministic: bool = True     # no float atomics: bitwise reproducible
-    min_compute_capability: Optional[tuple[int, int]] = None
-
-    def reasons(self, problem: ScanProblem, device: Optional[DeviceInfo] = None) -> list[str]:
-        """Why this capability cannot run ``problem`` on ``device``; empty when it can."""
-        out: list[str] = []
-        if problem.dtype not in self.dtypes:
-            out.append(f"dtype {problem.dtype} not in {sorted(self.dtypes)}")
-        if problem.control_dtype not in self.control_dtypes:
-            out.append(f"control dtype {problem.control_dtype} not in {sorted(self.control_dtypes)}")
-        out += device_reasons(problem.device, self.devices, self.triton, device)
-        if self.max_modes is not None and problem.M > self.max_modes:
-            out.append(f"M={problem.M} > max_modes={self.max_modes}")
-        if self.max_length is not None and problem.L > self.max_length:
-            out.append(f"L={problem.L} > max_length={self.max_length}")
-        for wanted, supported, label in (
-            (problem.resets, self.resets, "resets (segment_pos)"),
-            (problem.initial_state, self.initial_state, "initial state"),
-            (problem.final_state, self.final_state, "final state"),
-            (problem.backward, self.backward, "backward"),
-        ):
-            if wanted and not supported:
-                out.append(f"no {label}")
-        if problem.deterministic and not self.deterministic:
-            out.append("not deterministic (float atomics) while deterministic mode is on")
-        if (self.min_compute_capability is not None and device is not None
-                and device.kind == "cuda" and device.capability is not None
-                and device.capability < self.min_compute_capability):
-            need = "%d.%d" % self.min_compute_capability
-            have = "%d.%d" % device.capability
-            out.append(f"compute capability {have} < {need}")
-        return out
 
 
 class EmptyConfig(BaseModel):
@@ -152,7 +98,7 @@ class Strategy:
     # the scan's autograd Function and launch plan of a config (``(Function, plan)``, the
     # Function called as ``Function.forward(ctx, plan, seg, eta, delta, nu_log, theta_log,
     # br, bi, h0_r, h0_i)``): lets the torch.library operators run its forward and backward
-    # separately (:mod:`samu_tune.torch_ops`); None: they differentiate ``run`` again
+    # separately (:mod:`samu_tune.ops.scan.library`); None: they differentiate ``run`` again
     autograd: Optional[Callable[[BaseModel], tuple[type, Any]]] = None
     _hash: list = field(default_factory=list, repr=False)
 
@@ -202,9 +148,10 @@ class Strategy:
 
     @property
     def source_hash(self) -> str:
-        """sha256 (16 hex) of the code of the strategy's modules: their source without
-        docstrings, comments and blank lines (:func:`code_text`), so that a documentation
-        edit keeps every cached and shipped entry of the strategy served."""
+        """sha256 (16 hex) of the code of the strategy's modules (:func:`code_text`: without
+        docstrings, comments and blank lines, imports by the names they bind), so that a
+        documentation edit or a move of modules keeps every cached and shipped entry of the
+        strategy served."""
         if not self._hash:
             digest = hashlib.sha256(self.key.encode())
             for module in self.modules:
@@ -217,29 +164,41 @@ class Strategy:
 
 
 def code_text(source: str) -> str:
-    """``source`` without its docstrings (module, class and function), comments, trailing
-    whitespace and blank lines: what decides the code, as text (``ast.dump``'s output
-    changes between Python versions; source text does not)."""
+    """``source`` as what decides the code: without its docstrings (module, class and
+    function), comments, trailing whitespace and blank lines, and with each import statement
+    reduced to the names it binds (``from samu_tune.kernels import lookback as k`` ->
+    ``import lookback as k``), so a documentation edit or a move of the package's modules
+    keeps every cached and shipped entry served (a strategy lists the modules whose code it
+    runs: those are hashed themselves).  Text, not ``ast.dump``, whose output changes between Python versions."""
     lines = source.splitlines()
-    spans: list[tuple[int, int, int, int]] = []
+    edits: list[tuple[int, int, int, int, str]] = []   # (row0, col0, row1, col1, replacement)
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
             if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
                     and isinstance(body[0].value.value, str)):
                 d = body[0]
-                spans.append((d.lineno, d.col_offset, d.end_lineno, d.end_col_offset))
+                edits.append((d.lineno, d.col_offset, d.end_lineno, d.end_col_offset, ""))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            edits.append((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset,
+                          _import_text(node)))
     try:
         for tok in tokenize.generate_tokens(io.StringIO(source).readline):
             if tok.type == tokenize.COMMENT:
-                spans.append((*tok.start, *tok.end))
+                edits.append((*tok.start, *tok.end, ""))
     except (tokenize.TokenError, IndentationError):  # pragma: no cover - parsed above
         pass
-    # blank each span, last first (column offsets are in characters of one line)
-    for r0, c0, r1, c1 in sorted(spans, reverse=True):
+    # replace each span, last first (column offsets are in characters of one line)
+    for r0, c0, r1, c1, text in sorted(edits, reverse=True):
         head, tail = lines[r0 - 1][:c0], lines[r1 - 1][c1:]
-        lines[r0 - 1:r1] = [head + tail]
+        lines[r0 - 1:r1] = [head + text + tail]
     return "\n".join(line.rstrip() for line in lines if line.strip())
+
+
+def _import_text(node: "ast.Import | ast.ImportFrom") -> str:
+    """An import statement as the names it binds: ``import <last component> [as <alias>]``."""
+    return "import " + ", ".join(a.name.rsplit(".", 1)[-1] + (f" as {a.asname}" if a.asname else "")
+                                 for a in node.names)
 
 
 _REGISTRY: dict[str, Strategy] = {}
@@ -270,13 +229,9 @@ def unregister(name: str, op: str = "scan") -> None:
     _GENERATION[0] += 1
 
 
-# modules whose import registers the built-in strategies of each op
-BUILTIN_MODULES = ("strategies", "layer.decode_op", "layer.layer_op", "ops.linear_op")
-
-
 def _ensure_builtin() -> None:
-    for module in BUILTIN_MODULES:
-        importlib.import_module(f"{__package__}.{module}")
+    from samu_tune import opspec
+    opspec.load_builtin()
 
 
 def get(name: str, op: str = "scan") -> Strategy:

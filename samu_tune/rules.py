@@ -12,10 +12,10 @@ from typing import Callable, NamedTuple, Optional
 
 from pydantic import BaseModel
 
-from . import opspec, registry
-from .device import DeviceInfo, device_info
-from .problem import Problem
-from .registry import Strategy
+from samu_tune import opspec, registry
+from samu_tune.device import DeviceInfo, device_info
+from samu_tune.problem import Problem
+from samu_tune.registry import Strategy
 
 
 class NoEligibleStrategy(ValueError):

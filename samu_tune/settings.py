@@ -29,6 +29,9 @@ class Settings(BaseModel):
     compile_workers: Optional[int] = Field(
         None, ge=0, description="worker processes compiling and verifying tuning candidates "
         "ahead of timing (default none; see samu_tune.compile_pool)")
+    verify_cache: bool = Field(
+        True, description="keep verification passes across shapes and processes "
+                          "(samu_tune.verified); 0: verify every candidate every time")
     verbose: bool = Field(False, description="log dispatch decisions")
     poison: bool = Field(
         False, description="fill fresh output buffers with NaN so unwritten elements show (tests)")

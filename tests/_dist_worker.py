@@ -15,10 +15,12 @@ def main(rank: int, world: int, init_file: str, root: str) -> None:
     import torch.distributed as dist
 
     from samu_tune import cache, dispatch, registry
-    from samu_tune.problem import ScanProblem
-    from samu_tune.registry import Capability, Strategy
-    from samu_tune.strategies import reference
-    from samu_tune.verify import random_inputs
+    from samu_tune.ops.scan.api import scan
+    from samu_tune.ops.scan.problem import ScanProblem
+    from samu_tune.ops.scan.capability import Capability
+    from samu_tune.registry import Strategy
+    from samu_tune.ops.scan.strategies import reference
+    from samu_tune.ops.scan.verify import random_inputs
 
     calls = []
 
@@ -41,7 +43,7 @@ def main(rank: int, world: int, init_file: str, root: str) -> None:
                             world_size=world)
     inp = random_inputs(problem, seed=0)
     for _ in range(3):  # the first call broadcasts, the others hit the memo
-        dispatch.scan(inp.eta, inp.delta, inp.nu_log, inp.theta_log, inp.br, inp.bi)
+        scan(inp.eta, inp.delta, inp.nu_log, inp.theta_log, inp.br, inp.bi)
     dist.barrier()
     dist.destroy_process_group()
     with open(os.path.join(root, f"out{rank}.json"), "w") as f:

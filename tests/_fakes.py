@@ -13,9 +13,10 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from samu_tune import cache, dispatch, registry, settings, timing
-from samu_tune.registry import Capability, EmptyConfig, Strategy
-from samu_tune.strategies import reference as reference_strategy
-from samu_tune.tensors import ScanOutput
+from samu_tune.ops.scan.capability import Capability
+from samu_tune.registry import EmptyConfig, Strategy
+from samu_tune.ops.scan.strategies import reference as reference_strategy
+from samu_tune.ops.scan.tensors import ScanOutput
 
 
 class FakeClock:

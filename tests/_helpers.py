@@ -4,9 +4,9 @@ from __future__ import annotations
 import torch
 
 from samu_tune import registry
-from samu_tune.problem import ScanProblem
-from samu_tune.reference import scan_reference
-from samu_tune.verify import random_inputs, verify
+from samu_tune.ops.scan.problem import ScanProblem
+from samu_tune.ops.scan.reference import scan_reference
+from samu_tune.ops.scan.verify import random_inputs, verify
 
 
 def cpu_problem(B, L, M, **kw) -> ScanProblem:

@@ -14,6 +14,8 @@ if not torch.cuda.is_available():
 
     _install_fast_scan()
 os.environ["SAMU_TUNE_POISON"] = "1"
+# every test verifies its candidates (the store of passes is tested on its own)
+os.environ.setdefault("SAMU_TUNE_VERIFY_CACHE", "0")
 os.environ.setdefault("SAMU_TUNE_CACHE_DIR", tempfile.mkdtemp(prefix="samu_tune_test_cache_"))
 
 

@@ -7,7 +7,7 @@ import pytest
 
 import samu_tune
 from samu_tune import cache, registry
-from samu_tune.problem import ScanProblem
+from samu_tune.ops.scan.problem import ScanProblem
 
 from _fakes import clock, env, fake  # noqa: F401  (fixtures)
 

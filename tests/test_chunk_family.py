@@ -10,11 +10,11 @@ import triton
 
 from samu_tune import registry
 from samu_tune.kernels import prefix as prefix_kernels
-from samu_tune.problem import ScanProblem
-from samu_tune.strategies.chunk import ChunkConfig
-from samu_tune.strategies.grouped import GroupedConfig
-from samu_tune.strategies.hierarchical import HierarchicalConfig
-from samu_tune.verify import random_inputs, verify
+from samu_tune.ops.scan.problem import ScanProblem
+from samu_tune.ops.scan.strategies.chunk import ChunkConfig
+from samu_tune.ops.scan.strategies.grouped import GroupedConfig
+from samu_tune.ops.scan.strategies.hierarchical import HierarchicalConfig
+from samu_tune.ops.scan.verify import random_inputs, verify
 
 from _helpers import (assert_final_state_grads_match_reference, assert_forward_only_under_no_grad,
                       assert_reset_at_t0_cuts_h0_off, binaries_over_shapes, check as _check,

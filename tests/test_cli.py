@@ -13,6 +13,7 @@ import pytest
 
 from samu_tune import cache, dispatch, registry, settings
 from samu_tune.cli import main
+from samu_tune.ops.scan.problem import ScanProblem
 
 from _fakes import clock, env, fake  # noqa: F401  (fixtures)
 
@@ -97,7 +98,7 @@ def test_profile_json_speedups_failures_and_force(env, clock, tmp_path, capsys):
     assert r["rule_default"] == "slow" and r["speedup_vs_rule_default"] == pytest.approx(3.0)
     assert r["failed"] == 1 and "out of resources" in r["failures"][0]["reason"]
     assert r["copy_bw_fraction"] is None
-    assert cache.lookup(cache.ScanProblem.from_key(r["key"], device="cpu"), SIG).strategy == "fast"
+    assert cache.lookup(ScanProblem.from_key(r["key"], device="cpu"), SIG).strategy == "fast"
 
     # cached now: skipped unless --force
     status, out, _ = run(capsys, "profile", "--shapes", f, "--json", "--mode", "forward",
@@ -305,7 +306,7 @@ def test_cpu_timings_never_enter_a_gpu_table(cache_dir, tmp_path):
 
 def test_copy_bandwidth_fraction():
     from samu_tune.cli import bandwidth
-    p = cache.ScanProblem(B=8, L=4096, M=512, dtype="bfloat16", backward=False)
+    p = ScanProblem(B=8, L=4096, M=512, dtype="bfloat16", backward=False)
     assert bandwidth.moved_bytes(p) == 4 * 8 * 4096 * 512 * 2
     assert bandwidth.moved_bytes(p.model_copy(update={"backward": True})) == 10 * 8 * 4096 * 512 * 2
     t_copy = bandwidth.moved_bytes(p) / 4e12 * 1e3                # ms at 4 TB/s
@@ -375,3 +376,30 @@ def test_profile_under_torchrun_shards_the_problems_and_every_rank_stores_all(tm
         assert len(files) == 1
         stored = json.loads(files[0].read_text())["entries"]
         assert sorted(stored) == sorted(keys)
+
+
+def test_progress_reports_the_best_so_far_and_what_is_left(monkeypatch, capsys):
+    from samu_tune.cli import progress as prog
+    from samu_tune.results import TuneEvent
+    now = [100.0]
+    monkeypatch.setattr(prog.time, "monotonic", lambda: now[0])
+    p = prog.ProfileProgress(3)
+    p.live = False
+
+    def ev(event, i, name, ms=None):
+        return TuneEvent(event=event, phase="screen", candidate=name, strategy=name, config={},
+                         index=i, total=2, elapsed_s=0.0, status="ok" if ms else None,
+                         time_ms=ms)
+    p.shape_start(1, "B1-L64-M8-f32-forward")
+    assert p.left_s() is None and "left" not in p.status()
+    p.event(ev("start", 1, "a"))
+    p.event(ev("finish", 1, "a", 2.0))
+    p.event(ev("start", 2, "b"))
+    p.event(ev("finish", 2, "b", 1.5))
+    assert "screen 2/2 b" in p.status() and "best 1.5 ms b" in p.status()
+    now[0] += 10
+    p.shape_done("b 1.5 ms")
+    assert "[1/3] B1-L64-M8-f32-forward: b 1.5 ms (~20 s left)" in capsys.readouterr().err
+    p.shape_start(2, "B2-L64-M8-f32-forward")
+    now[0] += 4
+    assert p.left_s() == pytest.approx(6 + 10)     # this shape's mean rest, then one more

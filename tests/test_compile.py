@@ -16,9 +16,9 @@ from pathlib import Path
 import torch
 
 import samu_tune
-from samu_tune.strategies import lookback as lb
-from samu_tune.strategies.lookback import LookbackConfig, LookbackPlan
-from samu_tune.verify import random_inputs
+from samu_tune.ops.scan.strategies import lookback as lb
+from samu_tune.ops.scan.strategies.lookback import LookbackConfig, LookbackPlan
+from samu_tune.ops.scan.verify import random_inputs
 
 from _helpers import cpu_problem
 from tools import compile_check

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from samu_tune import compile_pool, registry, tune
-from samu_tune.problem import ScanProblem
+from samu_tune.ops.scan.problem import ScanProblem
 from samu_tune.settings import settings
 
 PROBLEM = ScanProblem(B=2, L=40, M=24, dtype="float32", device="cpu", backward=True)

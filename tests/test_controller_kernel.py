@@ -5,10 +5,10 @@ import pytest
 import torch
 
 import samu_tune
-from samu_tune.layer import SAMUParams, controller
-from samu_tune.layer.reference import controller_reference
+from samu_tune.ops.layer import SAMUParams, controller
+from samu_tune.ops.layer.reference import controller_reference
 from samu_tune.settings import settings
-from samu_tune.strategies import controller as kernel_controller
+from samu_tune.ops.scan import controls as kernel_controller
 from samu_tune.tolerances import TOLERANCES, check
 
 PARAM_NAMES = ("phase_direction", "radial_direction", "phase_amplitude", "radial_amplitude")

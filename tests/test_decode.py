@@ -3,8 +3,8 @@ import pytest
 import torch
 
 import samu_tune
-from samu_tune.layer import SAMUParams, step_reference
-from samu_tune.layer import decode
+from samu_tune.ops.layer import SAMUParams, step_reference
+from samu_tune.ops.decode import step as decode
 from samu_tune.tolerances import TOLERANCES, check
 
 

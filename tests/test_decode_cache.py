@@ -8,7 +8,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import samu_tune
 from samu_tune.kernels import decode as kernels
-from samu_tune.layer import SAMUParams, step_reference
+from samu_tune.ops.layer import SAMUParams, step_reference
 from samu_tune.tolerances import TOLERANCES, check
 
 

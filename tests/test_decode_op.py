@@ -10,9 +10,12 @@ import torch
 import samu_tune
 from samu_tune import cache, registry
 from samu_tune.intmath import next_power_of_2
-from samu_tune.layer import decode, step_reference
-from samu_tune.layer.decode_op import DecodeCapability, _reference_run
-from samu_tune.problem import DecodeProblem, ScanProblem, op_of_key, problem_from_key
+from samu_tune.ops.decode import step as decode
+from samu_tune.ops.layer import step_reference
+from samu_tune.ops.decode.spec import DecodeCapability, _reference_run
+from samu_tune.ops.decode.problem import DecodeProblem
+from samu_tune.ops.scan.problem import ScanProblem
+from samu_tune.problem import op_of_key, problem_from_key
 from samu_tune.registry import Strategy
 from samu_tune.tolerances import check
 

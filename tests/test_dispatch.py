@@ -12,9 +12,9 @@ import torch
 
 import samu_tune
 from samu_tune import cache, dispatch, registry, tuner
-from samu_tune.problem import ScanProblem
-from samu_tune.reference import scan_reference
-from samu_tune.verify import random_inputs
+from samu_tune.ops.scan.problem import ScanProblem
+from samu_tune.ops.scan.reference import scan_reference
+from samu_tune.ops.scan.verify import random_inputs
 
 from _fakes import GridConfig, clock, env, fake, grid_cost  # noqa: F401  (fixtures)
 

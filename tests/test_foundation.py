@@ -10,11 +10,12 @@ from typing import Literal
 import samu_tune
 from samu_tune import registry
 from samu_tune.device import DeviceInfo
-from samu_tune.problem import ScanProblem
-from samu_tune.reference import scan_reference
-from samu_tune.registry import Capability, Strategy, config_space
-from samu_tune.tensors import ScanOutput
-from samu_tune.verify import random_inputs, verify
+from samu_tune.ops.scan.problem import ScanProblem
+from samu_tune.ops.scan.reference import scan_reference
+from samu_tune.ops.scan.capability import Capability
+from samu_tune.registry import Strategy, config_space
+from samu_tune.ops.scan.tensors import ScanOutput
+from samu_tune.ops.scan.verify import random_inputs, verify
 
 
 # ---- problem keys -----------------------------------------------------------------------

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import samu_tune
-from samu_tune.ops import ChunkConfig, SerialConfig
+from samu_tune.ops.linear import ChunkConfig, SerialConfig
 from samu_tune.tolerances import TOLERANCES, check
 
 STRATEGIES = [

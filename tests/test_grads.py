@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from samu_tune.strategies import _grads
+from samu_tune import autograd as _grads
 
 
 @pytest.mark.parametrize("shape", [(2, 37, 2), (3, 5, 7), (1, 1, 1), (4, 129, 3)])

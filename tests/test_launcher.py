@@ -432,8 +432,8 @@ def _lookback_on_and_off(device: str, B: int, L: int, M: int, inner: str, monkey
     gradients of the three runs, the scan kernel's wrapper and its direct launches after each
     run."""
     import samu_tune
-    from samu_tune.strategies import lookback as lb
-    from samu_tune.strategies.lookback import LookbackConfig
+    from samu_tune.ops.scan.strategies import lookback as lb
+    from samu_tune.ops.scan.strategies.lookback import LookbackConfig
     cfg = LookbackConfig(chunk=32, block_m=64 if inner == "tile" else 128, num_warps=2,
                          inner=inner, lookback="chained")
     gen = torch.Generator(device=device).manual_seed(3)

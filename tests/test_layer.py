@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import samu_tune
-from samu_tune.layer import SAMUParams, layer_reference, step_reference
+from samu_tune.ops.layer import SAMUParams, layer_reference, step_reference
 from samu_tune.tolerances import TOLERANCES, check, check_all
 
 PARAM_NAMES = ("phase_direction", "radial_direction", "phase_amplitude", "radial_amplitude",
@@ -184,11 +184,11 @@ def test_bad_input_names_the_problem():
         samu_tune.SAMU(3, r_min=1.5)
 
 
-# --- scan conveniences: cu_seqlens and reverse (samu_tune.layer.varlen) ---
+# --- scan conveniences: cu_seqlens and reverse (samu_tune.ops.layer.varlen) ---
 
-from samu_tune.layer import cu_seqlens_to_segment_pos, reverse_segment_pos, varlen_scan  # noqa: E402
-from samu_tune.verify import random_inputs  # noqa: E402
-from samu_tune.problem import ScanProblem  # noqa: E402
+from samu_tune.ops.layer import cu_seqlens_to_segment_pos, reverse_segment_pos, varlen_scan  # noqa: E402
+from samu_tune.ops.scan.verify import random_inputs  # noqa: E402
+from samu_tune.ops.scan.problem import ScanProblem  # noqa: E402
 
 
 def _scan_inputs(B, L, M, seed=0, h0=False):
@@ -284,7 +284,7 @@ def test_layer_with_cu_seqlens_matches_separate_calls():
     (2, 33, 80, torch.float32, True, False),
 ])
 def test_fused_forward_matches_reference_and_unfused(B, L, M, dtype, resets, h0, device):
-    from samu_tune.layer import fused
+    from samu_tune.ops.layer import fused
     from samu_tune.settings import settings
     if device == "cpu" and not settings().interpret:
         pytest.skip("the fused kernel on CPU tensors needs TRITON_INTERPRET=1")
@@ -326,7 +326,7 @@ def test_fused_gradients_match_float64_reference(B, L, M, dtype, resets, h0, dev
     controller's parameter gradients sum bf16-rounded terms, and the unfused path is itself
     6-10% off the float64 reference at this size, so the reference cannot tell a bug from
     rounding)."""
-    from samu_tune.layer import fused
+    from samu_tune.ops.layer import fused
     from samu_tune.settings import settings
     if device == "cpu" and not settings().interpret:
         pytest.skip("the fused kernel on CPU tensors needs TRITON_INTERPRET=1")
@@ -379,7 +379,7 @@ def test_fused_gradients_match_float64_reference(B, L, M, dtype, resets, h0, dev
 
 
 def test_fused_strategy_falls_back_where_it_cannot_run():
-    from samu_tune.layer import fused
+    from samu_tune.ops.layer import fused
     layer = _layer(8, strategy="fused")
     x, _, _ = _inputs(1, 40, 8, torch.float32)
     # M <= 64: no loop-inner config, the unfused path
@@ -400,9 +400,9 @@ def test_fused_strategy_falls_back_where_it_cannot_run():
 def test_fused_layer_walks_one_row_per_step_at_four_lanes():
     # two rows per step at 4 lanes per thread would take the fused backward to 182 registers
     # (unmeasured): the fused layer runs such a scan decision with one row
-    from samu_tune.layer import fused as fused_mod
-    from samu_tune.problem import ScanProblem
-    from samu_tune.strategies.lookback import LookbackConfig
+    from samu_tune.ops.layer import fused as fused_mod
+    from samu_tune.ops.scan.problem import ScanProblem
+    from samu_tune.ops.scan.strategies.lookback import LookbackConfig
     problem = ScanProblem(B=2, L=256, M=512, dtype="bfloat16", device="cpu", final_state=True)
     four = {"chunk": 64, "block_m": 512, "num_warps": 4, "inner": "loop", "rows": 2}
     two = {"chunk": 64, "block_m": 256, "num_warps": 4, "inner": "loop", "rows": 2}
@@ -415,9 +415,9 @@ def test_fused_layer_walks_one_row_per_step_at_four_lanes():
 def test_fused_layer_runs_the_measured_unstaged_walk():
     # a staged scan decision (software-pipeline stages, not yet timed fused on a GPU) and the
     # staged look-back default both reach the fused layer as the register-prefetch walk
-    from samu_tune.layer import fused as fused_mod
-    from samu_tune.problem import ScanProblem
-    from samu_tune.strategies import lookback as lb
+    from samu_tune.ops.layer import fused as fused_mod
+    from samu_tune.ops.scan.problem import ScanProblem
+    from samu_tune.ops.scan.strategies import lookback as lb
     problem = ScanProblem(B=2, L=256, M=512, dtype="bfloat16", device="cpu", final_state=True)
     staged = {"chunk": 64, "block_m": 256, "num_warps": 4, "inner": "loop", "rows": 2,
               "stages": 6}

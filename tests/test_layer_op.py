@@ -6,10 +6,12 @@ import pytest
 import torch
 
 import samu_tune
-import samu_tune.layer.layer_op  # noqa: F401  (registers the layer op before BUILTIN below)
+import samu_tune.ops.layer.spec  # noqa: F401  (registers the layer op before BUILTIN below)
 from samu_tune import cache, dispatch, registry
-from samu_tune.layer import fused
-from samu_tune.problem import LayerProblem, ScanProblem, op_of_key, problem_from_key
+from samu_tune.ops.layer import fused
+from samu_tune.ops.layer.problem import LayerProblem
+from samu_tune.ops.scan.problem import ScanProblem
+from samu_tune.problem import op_of_key, problem_from_key
 from samu_tune.settings import settings
 
 from _fakes import env  # noqa: F401  (fixture)

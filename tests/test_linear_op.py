@@ -7,8 +7,9 @@ import torch
 
 import samu_tune
 from samu_tune import dispatch, registry
-from samu_tune.ops import linear_op, linear_scan
-from samu_tune.problem import LinearProblem, op_of_key, problem_from_key
+from samu_tune.ops.linear import spec as linear_op, scan as linear_scan
+from samu_tune.ops.linear.problem import LinearProblem
+from samu_tune.problem import op_of_key, problem_from_key
 from samu_tune.settings import settings
 
 from _fakes import env  # noqa: F401  (fixture)
@@ -78,7 +79,7 @@ def test_auto_linear_uses_the_rule_then_a_cached_winner(env, monkeypatch):
     assert (e.strategy, e.source) == ("serial", "rule")
     seen = []
     real = linear_scan.run if hasattr(linear_scan, "run") else None
-    from samu_tune.ops import launch
+    from samu_tune.ops.linear import launch
     real_run = launch.run
 
     def spy(cfg, **kw):

@@ -21,12 +21,14 @@ import triton
 import triton.language as tl
 
 from samu_tune import registry
-from samu_tune.problem import ScanProblem
-from samu_tune.reference import scan_reference
+from samu_tune.ops.scan.problem import ScanProblem
+from samu_tune.ops.scan.reference import scan_reference
 from samu_tune.kernels import lookback as lookback_kernels
-from samu_tune.strategies import lookback as lb
-from samu_tune.strategies.lookback import LookbackConfig, LookbackPlan
-from samu_tune.verify import random_inputs, verify
+from samu_tune.ops.layer.fused_autograd import fused_layer
+from samu_tune.ops.scan.strategies import lookback as lb
+from samu_tune.ops.scan.strategies import lookback_config as lbc
+from samu_tune.ops.scan.strategies.lookback import LookbackConfig, LookbackPlan
+from samu_tune.ops.scan.verify import random_inputs, verify
 
 from _helpers import assert_reset_at_t0_cuts_h0_off, binaries_over_shapes, cpu_problem as _problem
 
@@ -193,24 +195,24 @@ def test_loop_inner_config_space():
     # software-pipelined walks: 64+-step chunks at 2-4 lanes per thread, within the staged
     # shared-memory budget; never for the tile scan
     staged = [c for c in big if c.stages > 1]
-    assert staged and all(c.inner == "loop" and c.chunk >= lb._STAGED_MIN_CHUNK
-                          and lb.lanes_per_thread(c) <= lb._STAGED_MAX_LANES
-                          and lb.staged_bytes(_problem(8, 8192, 1024), c)
-                          <= lb._MAX_STAGED_BYTES for c in staged)
+    assert staged and all(c.inner == "loop" and c.chunk >= lbc._STAGED_MIN_CHUNK
+                          and lb.lanes_per_thread(c) <= lbc._STAGED_MAX_LANES
+                          and lbc.staged_bytes(_problem(8, 8192, 1024), c)
+                          <= lbc._MAX_STAGED_BYTES for c in staged)
     assert {c.stages for c in staged} == {4, 6}
     assert not any(c.stages > 1 for c in strat.configs(_problem(8, 8192, 32)))
     assert all(c.sub == 1 and c.lookback == "decoupled" and c.window == 1 for c in loops)
     two = [c for c in loops if c.rows == 2]
-    assert two and all(c.block_m // (32 * c.num_warps) in lb._LOOP_ROWS2_LANES
-                       and c.chunk <= lb._LOOP_ROWS2_MAX_CHUNK for c in two)
+    assert two and all(c.block_m // (32 * c.num_warps) in lbc._LOOP_ROWS2_LANES
+                       and c.chunk <= lbc._LOOP_ROWS2_MAX_CHUNK for c in two)
     assert all(c.rows == 1 for c in big if c.inner == "tile")
     # a wide look-back only where a thread's window payload fits (2 lanes per thread at 8),
     # and never with two rows per step
     wide = [c for c in big if c.inner == "loop" and c.lookback_width > 1]
     assert wide and all(c.lookback_width == 8 and c.block_m == 64 * c.num_warps
                         and c.rows == 1 for c in wide)
-    assert {c.chunk for c in loops} == set(lb._LOOP_CHUNKS)
-    assert all(c.block_m // (32 * c.num_warps) in lb._LOOP_LANES_PER_THREAD for c in loops)
+    assert {c.chunk for c in loops} == set(lbc._LOOP_CHUNKS)
+    assert all(c.block_m // (32 * c.num_warps) in lbc._LOOP_LANES_PER_THREAD for c in loops)
     tiles = [c for c in big if c.inner == "tile"]
     assert max(c.block_m for c in tiles) == 128            # wide vectors only for the loop
     det = strat.configs(_problem(8, 8192, 1024, deterministic=True))
@@ -346,7 +348,7 @@ def test_config_space_is_pruned_and_default_is_valid():
                     # tile budget (a loop's registers hold one row: its own space, tested below)
                     assert cfg.inner == "loop" or (
                         32 * cfg.num_warps <= cfg.chunk * cfg.block_m
-                        <= lb._MAX_PER_THREAD * 32 * cfg.num_warps)
+                        <= lbc._MAX_PER_THREAD * 32 * cfg.num_warps)
                     assert not (det and cfg.lookback == "decoupled")
                     assert cfg.window == 1 or (cfg.lookback == "chained"
                                                and cfg.window < -(-L // (cfg.chunk * cfg.sub)))
@@ -601,7 +603,7 @@ def test_fused_layer_rows2_matches_rows1():
     def run(cfg):
         leaves = [t.clone().requires_grad_(True)
                   for t in (x, dirs, scales, gamma, nu_log, theta_log, *h0)]
-        y, (fr, fi) = lb.fused_layer(*leaves[:6], cfg, seg=seg, h0=tuple(leaves[6:]))
+        y, (fr, fi) = fused_layer(*leaves[:6], cfg, seg=seg, h0=tuple(leaves[6:]))
         ((y * up).sum() + fr.sum() - 2 * fi.sum()).backward()
         return [y, fr, fi] + [t.grad for t in leaves]
 
@@ -617,22 +619,22 @@ def test_fused_layer_refuses_bad_inputs():
     x = torch.randn(B, L, 2 * M)
     dirs, scales = torch.randn(2, 2 * M + 1), torch.randn(2)
     params = [torch.ones(M), torch.zeros(M), torch.zeros(M)]           # gamma, nu_log, theta_log
-    assert lb.fused_layer(x, dirs, scales, *params, LOOP)[0].shape == (B, L, 2 * M)
+    assert fused_layer(x, dirs, scales, *params, LOOP)[0].shape == (B, L, 2 * M)
     with pytest.raises(ValueError, match="loop-inner"):
-        lb.fused_layer(x, dirs, scales, *params, SMALL)
+        fused_layer(x, dirs, scales, *params, SMALL)
     with pytest.raises(ValueError, match="loop-inner"):
-        lb.fused_layer(x, dirs, scales, *params, LOOP.model_dump())
+        fused_layer(x, dirs, scales, *params, LOOP.model_dump())
     with pytest.raises(ValueError, match=r"\[B, L, 2M\]"):
-        lb.fused_layer(x.reshape(B * L, 2 * M), dirs, scales, *params, LOOP)
+        fused_layer(x.reshape(B * L, 2 * M), dirs, scales, *params, LOOP)
     for k, bad in ((0, torch.ones(M + 1)), (1, torch.zeros(M, dtype=torch.float64)),
                    (2, torch.zeros(2, M))):
         wrong = params[:k] + [bad] + params[k + 1:]
         with pytest.raises(ValueError, match=("gamma", "nu_log", "theta_log")[k]):
-            lb.fused_layer(x, dirs, scales, *wrong, LOOP)
+            fused_layer(x, dirs, scales, *wrong, LOOP)
     with pytest.raises(ValueError, match=r"h0\[0\]"):
-        lb.fused_layer(x, dirs, scales, *params, LOOP, h0=(torch.zeros(B, M - 1),
+        fused_layer(x, dirs, scales, *params, LOOP, h0=(torch.zeros(B, M - 1),
                                                            torch.zeros(B, M)))
     with pytest.raises(ValueError, match="seg"):
-        lb.fused_layer(x, dirs, scales, *params, LOOP, seg=torch.zeros(L, B, dtype=torch.int32))
+        fused_layer(x, dirs, scales, *params, LOOP, seg=torch.zeros(L, B, dtype=torch.int32))
     with pytest.raises(ValueError, match="dirs"):
-        lb.fused_layer(x, dirs[:, :-1].contiguous(), scales, *params, LOOP)
+        fused_layer(x, dirs[:, :-1].contiguous(), scales, *params, LOOP)

@@ -1,11 +1,11 @@
-"""The layer's parameter-operand kernels (samu_tune.strategies.operands) against torch."""
+"""The layer's parameter-operand kernels (samu_tune.ops.layer.operands) against torch."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 import samu_tune
-from samu_tune.layer import fused
+from samu_tune.ops.layer import fused
 
 
 @pytest.mark.parametrize("M", [1, 5, 80, 700])

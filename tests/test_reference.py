@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from samu_tune.problem import ScanProblem
-from samu_tune.reference import scan_reference
-from samu_tune.verify import random_inputs
+from samu_tune.ops.scan.problem import ScanProblem
+from samu_tune.ops.scan.reference import scan_reference
+from samu_tune.ops.scan.verify import random_inputs
 
 
 def naive(inputs):

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from samu_tune import registry
-from samu_tune.problem import ScanProblem
-from samu_tune.strategies import serial as serial_strategy
-from samu_tune.strategies.serial import SerialConfig
-from samu_tune.verify import random_inputs
+from samu_tune.ops.scan.problem import ScanProblem
+from samu_tune.ops.scan.strategies import serial as serial_strategy
+from samu_tune.ops.scan.strategies.serial import SerialConfig
+from samu_tune.ops.scan.verify import random_inputs
 
 from _helpers import (assert_final_state_grads_match_reference, assert_forward_only_under_no_grad,
                       assert_reset_at_t0_cuts_h0_off, binaries_over_shapes, check as _check,

@@ -50,3 +50,26 @@ def test_builtin_strategy_hash_ignores_its_modules_docstrings(name):
     assert doc and doc in source
     assert code_text(source.replace(doc, doc + "\nOne more documented sentence.\n")) \
         == code_text(source)
+
+
+PACKAGED = '''from samu_tune.kernels import lookback as lookback_kernels
+from samu_tune import alloc as _alloc, autograd as _grads
+
+
+def g():
+    from samu_tune.ops.scan import controls
+    return controls
+'''
+
+
+def test_a_move_of_modules_keeps_the_code_text():
+    moved = (PACKAGED.replace("samu_tune.kernels", "samu_tune.ops.scan.kernels")
+             .replace("from samu_tune import alloc", "from ..core import alloc")
+             .replace("samu_tune.ops.scan import controls", ".. import controls"))
+    assert code_text(moved) == code_text(PACKAGED)
+
+
+@pytest.mark.parametrize("change", [("lookback as", "chunk as"), ("as _grads", "as grads"),
+                                    ("import controls", "import control")])
+def test_a_change_of_what_is_imported_changes_the_code_text(change):
+    assert code_text(PACKAGED.replace(*change)) != code_text(PACKAGED)

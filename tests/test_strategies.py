@@ -10,8 +10,8 @@ import pytest
 
 from samu_tune import registry
 from samu_tune.device import device_info
-from samu_tune.problem import ScanProblem
-from samu_tune.verify import verify_strategy
+from samu_tune.ops.scan.problem import ScanProblem
+from samu_tune.ops.scan.verify import verify_strategy
 
 # (B, L, M, dtype, control dtype, backward, resets, h0, final): odd M, L that no chunk size
 # divides, L = 1, half precision, bf16 controls, every feature alone and together.

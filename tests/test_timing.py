@@ -13,8 +13,9 @@ import torch
 
 import samu_tune
 from samu_tune import cache, timing
-from samu_tune.problem import ScanProblem
-from samu_tune.tuner import Candidate
+from samu_tune.ops.scan import timing as scan_timing
+from samu_tune.ops.scan.problem import ScanProblem
+from samu_tune.results import Candidate
 
 from _fakes import clock, env, fake  # noqa: F401  (fixtures)
 
@@ -137,7 +138,7 @@ def test_a_host_slower_than_the_cap_is_counted_late(clock):
 def test_cpu_path_is_wall_time_of_the_call(env, clock):
     problem = ScanProblem(B=2, L=6, M=4, dtype="float32", device="cpu", backward=False)
     strat = fake("cost3", 3.0)
-    step = timing.Step(problem, "cpu")
+    step = scan_timing.Step(problem, "cpu")
 
     def fn(inputs):
         return strat.run(inputs, None)

@@ -1,4 +1,4 @@
-"""The torch.library operators (samu_tune.torch_ops): opcheck, and torch.compile(fullgraph=True)
+"""The torch.library operators (samu_tune.library): opcheck, and torch.compile(fullgraph=True)
 of the scan, the SAMU layer and the decode step equal to eager calls, gradients included."""
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import pytest
 import torch
 
 import samu_tune
-from samu_tune import torch_ops  # noqa: F401  (registers the operators)
 
 B, L, M = 2, 40, 24
 
@@ -164,7 +163,7 @@ def test_compiled_fused_layer_equals_eager(dtype, h0, seg):
     want = _layer_run(layer, f, x, state, sp)
     got = _layer_run(layer, _compiled(f), x, state, sp)
     # the compiled graph computes the parameter operands in torch, eager calls by one kernel
-    # (samu_tune.strategies.operands): they differ in the last bits, which can move a bf16
+    # (samu_tune.ops.layer.operands): they differ in the last bits, which can move a bf16
     # rounding of the write
     for a, b in zip(got[0] + list(got[1]), want[0] + list(want[1])):
         scale = float(b.abs().max())
@@ -194,7 +193,7 @@ def test_compiled_unfused_layer_traces_the_scan_operator():
 
 def test_opcheck_layer_operators():
     layer = _layer()
-    from samu_tune.layer import fused
+    from samu_tune.ops.layer import fused
     dirs, scales, gamma = (t.detach() for t in fused.operands(layer.params()))
     x = torch.randn(2, 48, 160)
     p = layer.params()
@@ -236,7 +235,7 @@ def test_compiled_decode_step_equals_eager(in_place):
 
 def test_opcheck_decode_operators():
     layer = _layer()
-    from samu_tune.layer.decode import decode_constants
+    from samu_tune.ops.decode.step import decode_constants
     consts = decode_constants(layer.params())
     x = torch.randn(3, 160)
     state = (torch.randn(3, 80), torch.randn(3, 80))

@@ -6,8 +6,9 @@ import torch
 from triton.runtime.errors import OutOfResources
 
 import samu_tune
-from samu_tune.problem import ScanProblem
-from samu_tune.tuner import TuneResult, verification_problem
+from samu_tune.ops.scan.problem import ScanProblem
+from samu_tune.ops.scan.spec import verification_problem
+from samu_tune.results import TuneResult
 
 from _fakes import (  # noqa: F401  (fixtures)
     Grid3Config, GridConfig, clock, coupled_cost, env, fake, grid3_cost, grid_cost)
@@ -70,7 +71,7 @@ def test_failing_candidates_are_recorded_and_never_win(env, clock):
 
 
 def test_wrong_gradient_only_is_caught_in_train_mode(env, clock):
-    from samu_tune.strategies import reference as ref
+    from samu_tune.ops.scan.strategies import reference as ref
 
     def bad_grad(inputs, cfg):  # forward right, an extra term in br's gradient
         out = ref.run(inputs, cfg)
@@ -242,3 +243,32 @@ def test_the_float64_reference_runs_once_per_verification_problem(env, clock, mo
     assert len(result.candidates) == 3 and len(calls) == 1
     # a wrong candidate is still caught against the shared reference
     assert _by_name(result)["c"].status == "failed"
+
+
+def test_a_verification_pass_is_reused_by_another_shape(env, clock):
+    """Two shapes verified on the same small problem: the second tune reads the first's pass
+    (also in a fresh process: it is on disk); a failure is verified again; the store is
+    keyed by the strategy's source hash."""
+    from samu_tune import verified
+    env.set_env(SAMU_TUNE_VERIFY_CACHE="1")
+    env.add(fake("good", 1.0), fake("wrong", 0.5, wrong=True))
+    a = ScanProblem(B=4, L=700, M=96, dtype="float32", device="cpu", backward=False)
+    b = a.model_copy(update={"B": 3, "L": 1340})     # both verified at (2, 316, 64)
+    first = _by_name(samu_tune.tune(a, strategies=["good", "wrong"], reps=2))
+    second = _by_name(samu_tune.tune(b, strategies=["good", "wrong"], reps=2))
+    assert first["good"].verified_on == second["good"].verified_on
+    assert first["good"].verified_in is None and second["good"].verified_in == "cache"
+    assert second["good"].status == "ok"
+    assert second["wrong"].verified_in is None and second["wrong"].status == "failed"
+    # on disk: a new process (the in-process memory dropped) reads it
+    verified._MEMORY.clear()
+    verified._LOADED.clear()
+    third = _by_name(samu_tune.tune(b, strategies=["good"], reps=2))
+    assert third["good"].verified_in == "cache"
+    # another source hash (an edited strategy) is verified again
+    env.registry["good"]._hash[:] = ["0" * 16]
+    fourth = _by_name(samu_tune.tune(b, strategies=["good"], reps=2))
+    assert fourth["good"].verified_in is None
+    # switched off: verified every time
+    env.set_env(SAMU_TUNE_VERIFY_CACHE="0")
+    assert _by_name(samu_tune.tune(a, strategies=["good"], reps=2))["good"].verified_in is None

@@ -26,8 +26,8 @@ from triton.compiler import ASTSource  # noqa: E402
 
 from samu_tune import registry  # noqa: E402
 from samu_tune.kernels import chunk as chunk_kernels, prefix as prefix_kernels  # noqa: E402
-from samu_tune.problem import ScanProblem  # noqa: E402
-from samu_tune.strategies import _chunk_common as common  # noqa: E402
+from samu_tune.ops.scan.problem import ScanProblem  # noqa: E402
+from samu_tune.ops.scan.strategies import chunk_family as common  # noqa: E402
 
 from tools.compile_check import nvidia_bin  # noqa: E402
 

@@ -38,19 +38,36 @@ def nvidia_bin() -> Path:
     return Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 
-def ptxas(ptx: str, arch: int = 90) -> tuple[bool, str]:
+def ptxas(ptx: str, arch: int = 90, sass: bool = False) -> tuple[bool, str]:
     """``ptxas -v`` of ``ptx`` for sm_``arch``a: (True, its register and spill lines joined by
-    `` | ``), or (False, the end of its error output)."""
+    `` | ``, and with ``sass`` a digest of the machine code: ``sass <12 hex>``), or (False,
+    the end of its error output)."""
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "k.ptx").write_text(ptx)
         res = subprocess.run([str(nvidia_bin() / "ptxas"), f"-arch=sm_{arch}a", "-v",
                               str(Path(tmp) / "k.ptx"), "-o", str(Path(tmp) / "k.cubin")],
                              capture_output=True, text=True)
-    if res.returncode:
-        return False, res.stderr.strip()[-500:]
-    return True, " | ".join(ln.split("ptxas info    : ")[-1].strip()
-                            for ln in res.stderr.splitlines()
-                            if "registers" in ln or "spill" in ln)
+        if res.returncode:
+            return False, res.stderr.strip()[-500:]
+        info = " | ".join(ln.split("ptxas info    : ")[-1].strip()
+                          for ln in res.stderr.splitlines()
+                          if "registers" in ln or "spill" in ln)
+        if sass:
+            info += f" | sass {sass_digest(Path(tmp) / 'k.cubin')}"
+    return True, info
+
+
+def sass_digest(cubin: Path) -> str:
+    """sha256 (12 hex) of the cubin's SASS instructions (``cuobjdump -sass``, addresses and
+    encodings dropped): equal digests mean the same machine code, whatever the source's line
+    numbers or file names."""
+    import hashlib
+    import re
+    out = subprocess.run([str(nvidia_bin() / "cuobjdump"), "-sass", str(cubin)],
+                         capture_output=True, text=True, check=True).stdout
+    code = [re.sub(r"^\s*/\*[0-9a-f]{4,}\*/\s*", "", ln).split(";")[0].strip()
+            for ln in out.splitlines() if re.match(r"^\s*/\*[0-9a-f]{4,}\*/", ln)]
+    return hashlib.sha256("\n".join(code).encode()).hexdigest()[:12]
 
 
 # ------------------------------------------------------------------ phase 1: record ----------
@@ -110,7 +127,7 @@ def _exercise(strategies: list[str], quick: bool) -> None:
     import samu_tune
     from samu_tune import registry
     from samu_tune.device import device_info
-    from samu_tune.problem import ScanProblem
+    from samu_tune.ops.scan.problem import ScanProblem
 
     gen = torch.Generator().manual_seed(0)
     shapes = [(2, 70, 136), (1, 33, 24)] if not quick else [(2, 70, 136)]
@@ -231,7 +248,7 @@ def ptx_of(fn, sig: dict, const: dict, attrs: dict, arch: int = 90, **options) -
     return mod
 
 
-def _compile(launch, arch: int) -> str:
+def _compile(launch, arch: int, sass: bool = False) -> str:
     import importlib
 
     fn = getattr(importlib.import_module(launch["module"]), launch["name"])
@@ -240,7 +257,7 @@ def _compile(launch, arch: int) -> str:
     mod = ptx_of(fn, sig, const, attrs, arch, ptx_version=87, **{
         k: v for k, v in launch["options"].items()
         if k in ("num_warps", "num_stages", "enable_fp_fusion")})
-    ok, info = ptxas(mod, arch)
+    ok, info = ptxas(mod, arch, sass)
     if not ok:
         raise RuntimeError(info)
     return info
@@ -271,6 +288,9 @@ def main() -> int:
                          "the kernels: record with the newest, compile with the old)")
     ap.add_argument("--launches", type=Path,
                     help="a launches file: phase 1 skipped if it exists, else written there")
+    ap.add_argument("--sass", action="store_true",
+                    help="print a digest of each launch's machine code (compare two trees' "
+                         "outputs to show a refactoring left the compiled code unchanged)")
     ap.add_argument("--record", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     wanted = [s for s in args.strategies.split(",") if s]
@@ -295,7 +315,7 @@ def main() -> int:
     for launch in launches:
         t1 = time.time()
         try:
-            info = _compile(launch, args.arch)
+            info = _compile(launch, args.arch, args.sass)
             print(f"  ok   {time.time() - t1:5.1f}s {_label(launch)}: {info}", flush=True)
         except Exception as exc:  # every failure reported, the rest still compiled
             failed += 1

@@ -31,7 +31,7 @@ import triton  # noqa: E402
 
 from samu_tune.kernels import lookback as K  # noqa: E402
 from samu_tune.launch_options import LAUNCH_OPTIONS  # noqa: E402
-from samu_tune.strategies.lookback import LookbackPlan  # noqa: E402
+from samu_tune.ops.scan.strategies.lookback import LookbackPlan  # noqa: E402
 
 from tools.compile_check import nvidia_bin, ptx_of, ptxas  # noqa: E402
 
@@ -92,7 +92,7 @@ def registers(reverse: bool, plan: LookbackPlan, stats: bool = False) -> str:
 
 
 def main(argv=None) -> None:
-    from samu_tune.strategies.lookback import LookbackConfig, valid
+    from samu_tune.ops.scan.strategies.lookback import LookbackConfig, valid
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("configs", nargs="*", metavar="SPEC",
                     help="look-back config specs (default: the config space at (8, 8192, 1024))")
@@ -104,7 +104,7 @@ def main(argv=None) -> None:
         from benchmarks.common import parse_lookback_config
         configs = [parse_lookback_config(s) for s in args.configs]
     else:
-        from samu_tune.problem import ScanProblem
+        from samu_tune.ops.scan.problem import ScanProblem
         from samu_tune.registry import config_space
         big = ScanProblem(B=8, L=8192, M=1024)
         configs = [c for c in config_space(LookbackConfig) if valid(big, c)]

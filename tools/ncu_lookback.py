@@ -17,7 +17,8 @@ import argparse
 import torch
 
 from samu_tune import registry, timing
-from samu_tune.problem import ScanProblem
+from samu_tune.ops.scan import timing as scan_timing
+from samu_tune.ops.scan.problem import ScanProblem
 
 from benchmarks.common import parse_lookback_config, parse_shape
 
@@ -32,7 +33,7 @@ def main() -> None:
     B, L, M = args.shape
     cfg = parse_lookback_config(args.config)
     problem = ScanProblem(B=B, L=L, M=M, dtype=args.dtype, device="cuda")
-    inputs = timing.fast_random_inputs(problem, seed=0, device="cuda")
+    inputs = scan_timing.fast_random_inputs(problem, seed=0, device="cuda")
     strat = registry.get("lookback")
     for _ in range(3):
         if args.train:

@@ -1,7 +1,6 @@
 """Build a shipped winner table (``samu_tune/defaults/<signature>.json``) from a bench.json.
 
     python -m tools.ship_defaults benchmarks/results/NVIDIA-H200/s16/final/grid/bench.json
-    python -m tools.ship_defaults --restamp samu_tune/defaults/NVIDIA-H200-sm90-132sm.json
 
 (the shipped H200 table's scan entries are the first command's output for that file; its
 decode entries are ``tools/tune_decode.py``'s winners, merged in from its cache file
@@ -11,9 +10,9 @@ For every (shape, dtype, mode) of the benchmark, the fastest timed registered st
 config wins; the runner-up is the fastest of a different strategy or config.  The file has the
 user cache's format (:mod:`samu_tune.cache`), with the versions the benchmark ran under.
 
-``--restamp TABLE``: set every entry's ``source_hash`` to its strategy's current one, after an
-edit that leaves the kernels' code as measured (docstrings, comments): the table otherwise
-reads as stale.  Nothing else in the table changes.
+Each entry records its strategy's ``source_hash`` when the table is built: the hash ignores
+docstrings, comments and where modules live (:func:`samu_tune.registry.code_text`), so only a
+code change makes an entry read as measured on older code (shipped entries are served anyway).
 """
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ import json
 from pathlib import Path
 
 from samu_tune import cache, registry
-from samu_tune.problem import ScanProblem
+from samu_tune.ops.scan.problem import ScanProblem
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,31 +54,10 @@ def entries(data: dict) -> dict[str, cache.CacheEntry]:
     return out
 
 
-def restamp(path: Path) -> int:
-    """Re-stamp the entries of the table at ``path`` in place; returns how many changed."""
-    table = cache.CacheFile.model_validate_json(path.read_text())
-    changed = 0
-    for e in table.entries.values():
-        current = registry.get(e.strategy, e.op).source_hash
-        if e.source_hash != current:
-            e.source_hash = current
-            changed += 1
-    path.write_text(table.model_dump_json(indent=1))
-    return changed
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    what = ap.add_mutually_exclusive_group(required=True)
-    what.add_argument("bench_json", nargs="?", type=Path,
-                      help="a bench.json of benchmarks/bench_scan.py")
-    what.add_argument("--restamp", type=Path, metavar="TABLE",
-                      help="re-stamp the entries of a shipped table in place")
+    ap.add_argument("bench_json", type=Path, help="a bench.json of benchmarks/bench_scan.py")
     args = ap.parse_args(argv)
-    if args.restamp:
-        n = restamp(args.restamp)
-        print(f"{args.restamp}: {n} entries re-stamped")
-        return
     src = args.bench_json
     data = json.loads(src.read_text())
     meta = cache.CacheMeta(signature=data["signature"], samu_tune=data["samu_tune"],

@@ -26,9 +26,10 @@ import torch  # noqa: E402
 
 import samu_tune  # noqa: E402
 from samu_tune import cache  # noqa: E402
-from samu_tune.layer import decode  # noqa: E402
-from samu_tune.layer.decode_op import random_inputs  # noqa: E402
-from samu_tune.problem import DecodeProblem  # noqa: E402
+from samu_tune.results import candidate_name  # noqa: E402
+from samu_tune.ops.decode import step as decode  # noqa: E402
+from samu_tune.ops.decode.spec import random_inputs  # noqa: E402
+from samu_tune.ops.decode.problem import DecodeProblem  # noqa: E402
 from samu_tune.rules import rule_choice  # noqa: E402
 
 from benchmarks.common import write_json  # noqa: E402
@@ -53,7 +54,7 @@ def main() -> int:
             result = samu_tune.tune(problem, budget_s=args.budget, save=True)
             w = result.winner
             rule = rule_choice(problem)
-            rule_name = samu_tune.tuner.candidate_name(rule.strategy.name,
+            rule_name = candidate_name(rule.strategy.name,
                                                        rule.config.model_dump())
             rule_ms = next((c.time_ms for c in result.ranked() if c.name == rule_name), None)
             inputs = random_inputs(problem, seed=0, device=args.device)
@@ -61,7 +62,7 @@ def main() -> int:
             row = dict(key=problem.key(), winner=w.name if w else None,
                        time_ms=w.time_ms if w else None, host_ms=w.host_ms if w else None,
                        margin=result.margin, rule=rule_name, rule_ms=rule_ms,
-                       auto=samu_tune.tuner.candidate_name(d.strategy.name,
+                       auto=candidate_name(d.strategy.name,
                                                            d.config.model_dump()),
                        auto_source=d.source, evaluated=len(result.candidates),
                        failed=[(c.name, c.reason) for c in result.failed()])

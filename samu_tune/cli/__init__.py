@@ -10,9 +10,9 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from ..problem import dtype_name
-from .console import CLIError, error
-from .shapes import ShapesError
+from samu_tune.problem import dtype_name
+from samu_tune.cli.console import CLIError, error
+from samu_tune.cli.shapes import ShapesError
 
 
 def _positive_int(text: str) -> int:
@@ -43,7 +43,7 @@ def _dtype(text: str) -> str:
 
 
 def _profile_parser(sub) -> None:
-    from . import profile
+    from samu_tune.cli import profile
     p = sub.add_parser(
         "profile", help="tune every shape of a shapes file, cache the winners, show tables",
         description="Tune every shape of a shapes YAML file (see examples/shapes.yaml), store "
@@ -55,7 +55,12 @@ def _profile_parser(sub) -> None:
                    help="override every entry's mode (default: each entry's own)")
     p.add_argument("--strategies", metavar="A,B", help="only these strategies (comma-separated)")
     p.add_argument("--budget", type=_positive_float, metavar="SECONDS",
-                   help="per shape: no new candidate starts after this many seconds")
+                   help="per shape: no new candidate starts after this many seconds (default "
+                        f"on a GPU: {profile.DEFAULT_BUDGET_S:.0f}, the known winners of nearby "
+                        "shapes timed first; none on the CPU)")
+    p.add_argument("--exhaustive", action="store_true",
+                   help="time every config of every eligible strategy, without a budget "
+                        "(hours on a cold machine; to check what the budgeted search picks)")
     p.add_argument("--max-configs", type=_positive_int, metavar="N",
                    help="per shape: evaluate at most N candidates")
     p.add_argument("--quick", action="store_true",
@@ -73,7 +78,7 @@ def _profile_parser(sub) -> None:
 
 
 def _show_parser(sub) -> None:
-    from . import show
+    from samu_tune.cli import show
     p = sub.add_parser("show", help="table of cached winners (or the shipped tables)")
     p.add_argument("--device", metavar="SIGNATURE",
                    help="a device signature, e.g. NVIDIA-H200-sm90-132sm (default: this GPU; "
@@ -88,7 +93,7 @@ def _show_parser(sub) -> None:
 
 
 def _info_parsers(sub) -> None:
-    from . import info
+    from samu_tune.cli import info
     p = sub.add_parser("strategies", help="list the registered strategies of every op")
     p.add_argument("--op", default=None, help="only this op (scan, decode, layer, linear)")
     p.add_argument("--json", action="store_true", help="print them as JSON")
@@ -115,7 +120,7 @@ def _info_parsers(sub) -> None:
 
 
 def _cache_parser(sub) -> None:
-    from . import cachecmd
+    from samu_tune.cli import cachecmd
     p = sub.add_parser("cache", help="the winner cache on disk: path, clear, export, import")
     csub = p.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
     c = csub.add_parser("path", help="print the cache directory and this device's file")

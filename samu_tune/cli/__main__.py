@@ -1,5 +1,5 @@
 import sys
 
-from . import main
+from samu_tune.cli import main
 
 sys.exit(main())

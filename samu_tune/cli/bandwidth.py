@@ -13,7 +13,8 @@ from typing import Optional
 
 import torch
 
-from ..problem import TORCH_DTYPES, ScanProblem
+from samu_tune.problem import TORCH_DTYPES
+from samu_tune.ops.scan.problem import ScanProblem
 
 ARRAYS = {"forward": 4, "train": 10}
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import cache
-from . import console
-from .console import CLIError
+from samu_tune import cache
+from samu_tune.cli import console
+from samu_tune.cli.console import CLIError
 
 
 def run_path(args: argparse.Namespace) -> int:

@@ -6,11 +6,13 @@ import json
 
 import torch
 
-from .. import registry
-from ..dispatch import explain
-from ..problem import DecodeProblem, LayerProblem, ScanProblem
-from . import console, render
-from .console import CLIError
+from samu_tune import registry
+from samu_tune.explain import explain_problem
+from samu_tune.ops.decode.problem import DecodeProblem
+from samu_tune.ops.layer.problem import LayerProblem
+from samu_tune.ops.scan.problem import ScanProblem
+from samu_tune.cli import console, render
+from samu_tune.cli.console import CLIError
 
 
 def run_strategies(args: argparse.Namespace) -> int:
@@ -62,7 +64,7 @@ def problem_from_args(args: argparse.Namespace):
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    ex = explain(problem_from_args(args), policy=args.policy)
+    ex = explain_problem(problem_from_args(args), policy=args.policy)
     if args.json:
         print(ex.model_dump_json(indent=1))
         return 0 if ex.strategy else 1

@@ -15,57 +15,31 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any, Optional
+from typing import Optional
 
 import torch
-from pydantic import BaseModel
 
-from .. import cache, registry, timing
-from ..device import DeviceInfo, device_info
-from ..problem import PROBLEM_TYPES, Problem
-from ..rules import NoEligibleStrategy, rule_choice
-from ..settings import settings
-from ..tuner import TuneResult, candidate_name, config_json, tune
-from . import bandwidth, console, render
-from .console import CLIError
-from .progress import ProfileProgress
-from .shapes import load_shapes
+from samu_tune import cache, registry, timing
+from samu_tune.device import DeviceInfo, device_info
+from samu_tune import opspec
+from samu_tune.problem import Problem
+from samu_tune.rules import NoEligibleStrategy, rule_choice
+from samu_tune.settings import settings
+from samu_tune.results import TuneResult, candidate_name, config_json
+from samu_tune.tuner import tune
+from samu_tune.cli import bandwidth, console, render
+from samu_tune.cli.console import CLIError
+from samu_tune.cli.progress import ProfileProgress
+from samu_tune.cli.rows import ProfileRow
+from samu_tune.cli.shapes import load_shapes
+
+# per-shape budget on a GPU: the search times the known winners of nearby shapes first (the
+# shipped table and the user cache), then screens and refines until the budget is spent
+DEFAULT_BUDGET_S = 60.0
 
 # --quick: a smoke run (scripts/run on the CPU): few candidates, few samples each
 QUICK_MAX_CONFIGS = 4
 QUICK_REPS = 3
-
-
-class ProfileRow(BaseModel):
-    """One profiled problem as shown in the tables and printed by ``--json``.
-
-    ``source``: ``tuned`` (now), ``cached`` (an existing served cache entry) or ``failed``
-    (no candidate worked).  Speedups are ``other.time / winner.time``.  ``copy_bw_fraction``
-    is achieved / measured copy bandwidth (None on the CPU).
-    """
-
-    key: str
-    mode: str
-    problem: dict[str, Any]
-    source: str
-    winner: Optional[str] = None
-    strategy: Optional[str] = None
-    config: Optional[dict[str, Any]] = None
-    time_ms: Optional[float] = None
-    runner_up: Optional[str] = None
-    runner_up_ms: Optional[float] = None
-    speedup_vs_runner_up: Optional[float] = None
-    rule_default: Optional[str] = None
-    rule_default_ms: Optional[float] = None
-    speedup_vs_rule_default: Optional[float] = None
-    copy_bw_fraction: Optional[float] = None
-    evaluated: Optional[int] = None
-    failed: Optional[int] = None
-    skipped: Optional[int] = None
-    failures: list[dict[str, str]] = []
-    ineligible: dict[str, list[str]] = {}
-    stopped: Optional[str] = None
-    elapsed_s: Optional[float] = None
 
 
 def _strategies(text: Optional[str]) -> Optional[list[str]]:
@@ -212,7 +186,7 @@ def _merge_ranks(rows_at: dict[int, ProfileRow], results: list[tuple[int, TuneRe
             merged[i] = ProfileRow.model_validate(row)
         for op, problem, text in tuned:   # the problem parsed as its op's type
             cache.record(TuneResult.model_validate_json(text).model_copy(
-                update={"problem": PROBLEM_TYPES[op].model_validate(problem)}))
+                update={"problem": opspec.get(op).problem_type.model_validate(problem)}))
     dist.barrier()
     cache.invalidate()
     return merged
@@ -249,6 +223,9 @@ def run(args: argparse.Namespace) -> int:
 
     rank, world = _distributed(device)
     mine = [(i, p) for i, p in enumerate(problems) if i % world == rank]
+    budget = args.budget
+    if budget is None and device == "cuda" and not getattr(args, "exhaustive", False):
+        budget = DEFAULT_BUDGET_S
     rows_at: dict[int, ProfileRow] = {}
     results: list[tuple[int, TuneResult]] = []
     t0 = time.monotonic()
@@ -261,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
                 row = row_from_cache(problem, entry, dev, bw)
             else:
                 result = tune(problem, strategies=_for_op(names, problem.op),
-                              budget_s=args.budget,
+                              budget_s=budget, exhaustive=getattr(args, "exhaustive", False),
                               max_configs=max_configs, reps=reps,
                               retime_rounds=reps, progress=progress.event)
                 if result.winner is not None:
@@ -301,6 +278,6 @@ def run(args: argparse.Namespace) -> int:
             out.print("CPU wall times measure the Triton interpreter (kernels run in Python), "
                       "not GPU speed.")
         if args.show_defaults:
-            from . import show
+            from samu_tune.cli import show
             show.print_defaults(out)
     return 0 if all(r.time_ms is not None for r in rows) else 1

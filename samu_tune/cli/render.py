@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 from rich import box
 from rich.table import Table
 
-from ..cache import EntryStatus
+from samu_tune.cache import EntryStatus
 
 if TYPE_CHECKING:
-    from ..dispatch import Explanation
-    from ..registry import Strategy
-    from .profile import ProfileRow
+    from samu_tune.explain import Explanation
+    from samu_tune.registry import Strategy
+    from samu_tune.cli.rows import ProfileRow
 
 
 def _table(**kw) -> Table:

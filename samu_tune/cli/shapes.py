@@ -9,10 +9,10 @@ shapes:                       # or the list at top level
 ```
 B, L, M are a number or a list (the entry is their product); dtype is the writes' dtype,
 control_dtype the controls'; mode is forward, train or both.  ``op: decode`` entries are decode
-steps (:class:`samu_tune.problem.DecodeProblem`): no L, forward only (mode both means forward),
+steps (:class:`samu_tune.ops.decode.problem.DecodeProblem`): no L, forward only (mode both means forward),
 ``initial_state`` (default true) says whether a state is passed; the scan-only fields
 (control_dtype, resets, final_state) are refused.  ``op: layer`` entries are SAMU layer calls
-(:class:`samu_tune.problem.LayerProblem`: unfused vs fused): as scan entries, without
+(:class:`samu_tune.ops.layer.problem.LayerProblem`: unfused vs fused): as scan entries, without
 control_dtype and final_state (fp32 controls, final state always).
 """
 from __future__ import annotations
@@ -25,7 +25,10 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
-from ..problem import DecodeProblem, LayerProblem, Problem, ScanProblem, dtype_name
+from samu_tune.ops.decode.problem import DecodeProblem
+from samu_tune.ops.layer.problem import LayerProblem
+from samu_tune.problem import Problem, dtype_name
+from samu_tune.ops.scan.problem import ScanProblem
 
 Sizes = Union[int, list[int]]
 

@@ -7,9 +7,9 @@ from typing import Optional
 
 from rich.console import Console
 
-from .. import cache
-from ..cache import EntryStatus
-from . import console, render
+from samu_tune import cache
+from samu_tune.cache import EntryStatus
+from samu_tune.cli import console, render
 
 
 def _filter(statuses: list[EntryStatus], shape: Optional[str], mode: Optional[str]

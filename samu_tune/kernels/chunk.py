@@ -21,9 +21,9 @@ B, L, M and the chunk and tile counts are runtime values: one binary per block-s
 import triton
 import triton.language as tl
 
-from .chunk_walk import walk_replay, walk_summary
-from .complex_math import cmul, cmul_conj, spectrum
-from .tile import load_transition, scan_transition, tile_scan, tile_times, transition_gradients
+from samu_tune.kernels.chunk_walk import walk_replay, walk_summary
+from samu_tune.kernels.complex_math import cmul, cmul_conj, spectrum
+from samu_tune.kernels.tile import load_transition, scan_transition, tile_scan, tile_times, transition_gradients
 
 
 @triton.jit

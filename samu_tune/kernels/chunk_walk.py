@@ -32,14 +32,16 @@ by token (64-bit products per row and pointer).  The rebased pointers, the exp2 
 :func:`~samu_tune.kernels.complex_math.transition_cs` and the contracted
 :func:`~samu_tune.kernels.complex_math.cmul_add` cut the instructions per element by about a
 quarter on sm_90 (SASS: docs/performance.md).
+
+Long because the walk's summary and replay, forward and backward, share their step helpers,
+and the chunk family and the look-back kernels both compile them from here.
 """
 import triton
 import triton.language as tl
 
-from .complex_math import (cmul, cmul_add, cmul_conj, cmul_conj_add, round_like, transition,
-                           transition_cs)
-from .controls import TABLE_COLS
-from .tile import transition_gradients
+from samu_tune.kernels.complex_math import cmul, cmul_add, cmul_conj, cmul_conj_add, round_like, transition, transition_cs
+from samu_tune.kernels.controls import TABLE_COLS
+from samu_tune.kernels.tile import transition_gradients
 
 
 @triton.jit

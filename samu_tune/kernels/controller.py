@@ -22,8 +22,8 @@ x and grad x move in 16-byte vectors (as the scan's M_ALIGN).
 import triton
 import triton.language as tl
 
-from .complex_math import tanh
-from .controls import store_rows
+from samu_tune.kernels.complex_math import tanh
+from samu_tune.kernels.controls import store_rows
 
 # fp32 columns per (program, c) row of the backward partials: grad D[c, :K+1], grad S_c
 PARTIAL_EXTRA = tl.constexpr(2)

@@ -1,7 +1,7 @@
 """One SAMU decode step (controller, transition, write, state update, ReLU) as one kernel.
 
 The parameters arrive pre-digested in one fp32 buffer ``consts`` (built once per parameter
-version by :func:`samu_tune.layer.decode.decode_constants`; one pointer instead of six keeps
+version by :func:`samu_tune.ops.decode.step.decode_constants`; one pointer instead of six keeps
 Triton's per-launch argument handling short, and the per-mode exp/cos/sin and the direction
 norms leave the per-token path).  Layout, M = ``modes``, W = 2M + 1::
 
@@ -22,7 +22,7 @@ state may be written over the old one (``last_* = state_*``).
 import triton
 import triton.language as tl
 
-from .complex_math import polar, tanh
+from samu_tune.kernels.complex_math import polar, tanh
 
 
 @triton.jit

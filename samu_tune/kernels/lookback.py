@@ -69,14 +69,17 @@ it).  Readers poll with an acquire atomic per window status (the result is broad
 shared memory behind a barrier, for tensor atomics too in Triton 3.6 and 3.9: checked in the
 SASS; Triton 3.3 did not, triton-lang/triton#7402) and read payloads with volatile loads (not
 served from L1).
+
+Long because the kernel and its look-back protocol are one unit: forward and backward
+(``REVERSE``), tile and loop inner walks share every helper here.
 """
 import triton
 import triton.language as tl
 
-from .chunk_walk import walk_replay, walk_summary
-from .complex_math import cmul, cmul_conj
-from .controls import store_rows
-from .tile import load_transition, scan_transition, tile_scan, tile_times, transition_gradients
+from samu_tune.kernels.chunk_walk import walk_replay, walk_summary
+from samu_tune.kernels.complex_math import cmul, cmul_conj
+from samu_tune.kernels.controls import store_rows
+from samu_tune.kernels.tile import load_transition, scan_transition, tile_scan, tile_times, transition_gradients
 
 # payload rows per slot: aggregate (Pr, Pi, Qr, Qi), then inclusive prefix (r, i)
 SLOT_ROWS = tl.constexpr(6)

@@ -20,7 +20,7 @@ torch kernels per forward (and twenty in backward).
 import triton
 import triton.language as tl
 
-from .complex_math import tanh
+from samu_tune.kernels.complex_math import tanh
 
 
 @triton.jit

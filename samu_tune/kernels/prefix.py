@@ -23,7 +23,7 @@ M, n_chunks (and groups) are runtime values.
 import triton
 import triton.language as tl
 
-from .tile import affine_combine
+from samu_tune.kernels.tile import affine_combine
 
 
 @triton.jit

@@ -21,8 +21,8 @@ shape; only block sizes and feature flags are compile-time.
 import triton
 import triton.language as tl
 
-from .complex_math import cmul, cmul_conj, polar
-from .tile import transition_gradients
+from samu_tune.kernels.complex_math import cmul, cmul_conj, polar
+from samu_tune.kernels.tile import transition_gradients
 
 
 @triton.jit

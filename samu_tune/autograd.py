@@ -1,0 +1,185 @@
+"""Autograd plumbing shared by the Triton strategies (``serial``, ``lookback``, chunk family).
+
+Each strategy's ``torch.autograd.Function`` takes ``(plan, seg, eta, delta, nu_log,
+theta_log, br, bi, h0_r, h0_i)`` and returns ``(out_r, out_i, last_r, last_i)``; its backward
+runs the reverse scan into the buffers of :func:`backward_buffers` (``lookback``: of
+:func:`grad_outputs`, its incoming gradients may be None) and returns :func:`input_grads`.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Optional
+
+import torch
+
+from samu_tune.ops.scan.tensors import ScanInputs, ScanOutput
+from samu_tune import alloc as _alloc
+
+Pair = tuple[Optional[torch.Tensor], Optional[torch.Tensor]]
+
+
+class _NoGradContext:
+    """Stands in for autograd's ctx when no gradient is needed: the forward's saves are
+    dropped.  Calling ``forward`` directly skips ``Function.apply``'s bookkeeping, about a
+    tenth of a forward call's host time on an H200 host.  ``separate``: each output in its
+    own allocation (see :func:`output_pair`); ``training``: keep what backward reads (the
+    fused layer's states) although no autograd ctx is there (an operator's forward)."""
+
+    separate = False
+    training = False
+
+    def save_for_backward(self, *tensors) -> None:
+        pass
+
+    def set_materialize_grads(self, value: bool) -> None:
+        pass
+
+
+class OpContext(_NoGradContext):
+    """The ctx of a Function's forward or backward run inside a torch.library operator
+    (:mod:`samu_tune.library`): forward keeps what it saves in ``saved_tensors`` (the
+    operator returns what backward needs as outputs); outputs get allocations of their own
+    (an operator's outputs may not alias each other); backward reads ``saved_tensors`` and
+    the attributes the operator sets."""
+
+    separate = True
+
+    def __init__(self, saved: tuple = (), **attrs) -> None:
+        self.saved_tensors = saved
+        self.__dict__.update(attrs)
+
+    def save_for_backward(self, *tensors) -> None:
+        self.saved_tensors = tensors
+
+
+def training(ctx) -> bool:
+    """Whether a Function's forward runs for a backward to come (autograd's ctx, or an
+    operator's :class:`OpContext` with ``training``)."""
+    return not isinstance(ctx, _NoGradContext) or ctx.training
+
+
+def pair(ctx, *shape: int, dtype: torch.dtype, device: torch.device) -> Pair:
+    """Two uninitialised tensors of ``shape``: one :class:`Stacked` allocation (a torch.empty
+    costs ~5 us of host time on an H200 host), or two when ``ctx.separate``."""
+    if getattr(ctx, "separate", False):
+        return (_alloc.empty(*shape, dtype=dtype, device=device),
+                _alloc.empty(*shape, dtype=dtype, device=device))
+    return Stacked.empty(*shape, dtype=dtype, device=device)
+
+
+def output_pair(ctx, br: torch.Tensor, bi: torch.Tensor) -> Pair:
+    """The scan's (out_r, out_i) [B, L, M] in br's and bi's dtypes (see :func:`pair`)."""
+    if br.dtype == bi.dtype:
+        return pair(ctx, *br.shape, dtype=br.dtype, device=br.device)
+    return _alloc.empty_like(br), _alloc.empty_like(bi)
+
+
+def apply(function: type[torch.autograd.Function], *args):
+    """``function.apply(*args)`` when a tensor argument needs a gradient, else its forward
+    called directly with a :class:`_NoGradContext` (no autograd bookkeeping)."""
+    if torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in args):
+        return function.apply(*args)
+    return function.forward(_NoGradContext(), *args)
+
+
+def apply_scan(function: type[torch.autograd.Function], inputs: ScanInputs, plan) -> ScanOutput:
+    """Run ``function`` with ``plan`` on validated ``inputs`` (differentiable)."""
+    h0_r, h0_i = inputs.initial_state or (None, None)
+    out_r, out_i, last_r, last_i = apply(
+        function, plan, inputs.segment_pos, inputs.eta, inputs.delta, inputs.nu_log,
+        inputs.theta_log, inputs.br, inputs.bi, h0_r, h0_i)
+    return ScanOutput(out_r, out_i, (last_r, last_i) if inputs.output_final_state else None)
+
+
+def dtypes(*tensors: Optional[torch.Tensor]) -> tuple[Optional[torch.dtype], ...]:
+    """Each tensor's dtype (None for None), saved in forward to cast the gradients back."""
+    return tuple(None if t is None else t.dtype for t in tensors)
+
+
+def backward_buffers(d_out_r, d_out_i, d_last_r, d_last_i, shape: tuple[int, int, int],
+                     b_dtypes: tuple[torch.dtype, torch.dtype], has_h0: bool,
+                     device: torch.device) -> tuple[Pair, Pair, Pair, Pair]:
+    """Incoming gradients as the kernels read them and the outputs they write.
+
+    Returns ``d_out`` (contiguous, [B, L, M]), ``d_last`` (fp32 contiguous, [B, M]),
+    ``grad_b`` (grad br / bi, [B, L, M] in br's / bi's dtype) and ``gh0`` (fp32 [B, M] when
+    there is an initial state, else None)."""
+    d_out = (d_out_r.contiguous(), d_out_i.contiguous())
+    d_last = (d_last_r.to(torch.float32).contiguous(), d_last_i.to(torch.float32).contiguous())
+    return (d_out, d_last, *grad_outputs(shape, b_dtypes, has_h0, device))
+
+
+def grad_outputs(shape: tuple[int, int, int], b_dtypes: tuple[torch.dtype, torch.dtype],
+                 has_h0: bool, device: torch.device) -> tuple[Pair, Pair]:
+    """The backward's outputs (uninitialised): ``grad_b`` (grad br / bi, [B, L, M] in br's /
+    bi's dtype) and ``gh0`` (fp32 [B, M] when there is an initial state, else None)."""
+    B, L, M = shape
+    grad_b = (_alloc.empty(B, L, M, dtype=b_dtypes[0], device=device),
+              _alloc.empty(B, L, M, dtype=b_dtypes[1], device=device))
+    gh0 = ((_alloc.empty(B, M, dtype=torch.float32, device=device),
+            _alloc.empty(B, M, dtype=torch.float32, device=device)) if has_h0 else (None, None))
+    return grad_b, gh0
+
+
+@functools.lru_cache(maxsize=1024)
+def _stacked_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Strides of a [2, *shape] pair whose halves are contiguous and 16-byte aligned."""
+    per = 16 // itemsize
+    stride = -(-math.prod(shape) // per) * per
+    inner = []
+    step = 1
+    for size in reversed(shape):
+        inner.append(step)
+        step *= size
+    return (stride, *reversed(inner))
+
+
+class Stacked(tuple):
+    """A pair ``(whole[0], whole[1])`` of views of one ``[2, ...]`` tensor ``whole``: one
+    allocation, and reduced by one kernel instead of two."""
+
+    def __new__(cls, whole: torch.Tensor) -> "Stacked":
+        pair = super().__new__(cls, whole.unbind(0))
+        pair.whole = whole
+        return pair
+
+    @classmethod
+    def empty(cls, *shape: int, dtype: torch.dtype, device: torch.device) -> "Stacked":
+        """Uninitialised ``[2, *shape]``; the second half starts 16-byte aligned whatever the
+        shape (Triton specialises pointer arguments on 16-byte alignment: an unaligned one
+        would compile another binary for some shapes).  One ``empty_strided`` (a view chain
+        through ``unflatten`` cost several times the allocation's host time)."""
+        return cls(_alloc.empty_strided((2, *shape), _stacked_strides(shape, dtype.itemsize),
+                                        dtype=dtype, device=device))
+
+
+def partials(B: int, L: int, n_tiles: int, spec_shape: tuple[int, ...],
+             device: torch.device) -> tuple[Stacked, Stacked]:
+    """Per-program partial gradients, fp32: controls (eta, delta) 2 x [B, L, n_tiles] (one
+    column per mode tile), spectrum (nu_log, theta_log) 2 x ``spec_shape`` (``[..., M]``)."""
+    p_ctl = Stacked.empty(B, L, n_tiles, dtype=torch.float32, device=device)
+    p_spec = Stacked.empty(*spec_shape, dtype=torch.float32, device=device)
+    return p_ctl, p_spec
+
+
+def sum_partials(p_ctl: Stacked, p_spec: Stacked) -> tuple[torch.Tensor, ...]:
+    """Fixed-order torch reductions (deterministic): control partials [B, L, n_tiles] over
+    mode tiles -> [B, L]; spectrum partials [..., M] over every leading dim -> [M].
+    Returns (grad eta, grad delta, grad nu_log, grad theta_log), fp32."""
+    ctl = p_ctl.whole
+    ctl = ctl[..., 0] if ctl.shape[-1] == 1 else ctl.sum(-1)                     # [2, B, L]
+    spec = p_spec.whole
+    spec = spec.sum(tuple(range(1, spec.dim() - 1))) if spec.dim() > 2 else spec  # [2, M]
+    return ctl[0], ctl[1], spec[0], spec[1]
+
+
+def input_grads(grads: tuple[torch.Tensor, ...], like: tuple[torch.Tensor, ...], grad_b: Pair,
+                gh0: Pair, h0_dtypes: tuple) -> tuple:
+    """The Function's backward result: no gradient for plan and seg; ``grads`` (of eta, delta,
+    nu_log, theta_log) cast to the dtypes of ``like`` (the saved eta, delta, nu_log,
+    theta_log); grad br, bi; grad h0 cast to ``h0_dtypes`` when there is an initial state."""
+    casts = tuple(g.to(t.dtype) for g, t in zip(grads, like, strict=True))
+    gh0_cast = tuple(None if g is None else g.to(d) for g, d in zip(gh0, h0_dtypes, strict=True))
+    return (None, None, *casts, *grad_b, *gh0_cast)

@@ -1,0 +1,69 @@
+"""The SAMU layer's parameter operands by one kernel (:mod:`samu_tune.kernels.operands`).
+
+``operands(phase_direction, radial_direction, phase_amplitude, radial_amplitude, nu_log)``
+-> (dirs [2, 2M + 1], scales [2], gamma [M]), fp32, differentiable: one launch forward and
+one backward, where the same formula in torch (:func:`samu_tune.ops.layer.fused.operands_torch`)
+is about a dozen kernels forward and twenty in backward, each a few microseconds of host time.
+All parameters fp32 on one device (CUDA, or the CPU under the Triton interpreter).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from samu_tune import intmath
+from samu_tune.kernels import operands as kernels
+from samu_tune.launch_options import LAUNCH_OPTIONS
+from samu_tune import alloc as _alloc, autograd as _grads
+
+_BLOCK = 512
+_NUM_WARPS = 4
+
+
+def _layout(K1: int, M: int) -> tuple[int, int, int]:
+    """Word offsets of dirs, scales and gamma in one fp32 buffer (each 16-byte aligned)."""
+    scales = intmath.cdiv(2 * K1, 4) * 4
+    gamma = scales + 4
+    return scales, gamma, gamma + intmath.cdiv(M, 4) * 4
+
+
+def _grid(M: int) -> tuple[int]:
+    return (2 + intmath.cdiv(M, _BLOCK),)
+
+
+class _Operands(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, pd, rd, pa, ra, nu_log):
+        K1, M = pd.numel(), nu_log.numel()
+        at_scales, at_gamma, total = _layout(K1, M)
+        buf = _alloc.empty(total, dtype=torch.float32, device=pd.device)
+        dirs = buf[:2 * K1].view(2, K1)
+        scales, gamma = buf[at_scales:at_scales + 2], buf[at_gamma:at_gamma + M]
+        kernels.layer_operands[_grid(M)](pd, rd, pa, ra, nu_log, dirs, scales, gamma, K1, M,
+                                         1.0 / math.sqrt(M), BLOCK=_BLOCK,
+                                         num_warps=_NUM_WARPS, **LAUNCH_OPTIONS)
+        ctx.save_for_backward(pd, rd, pa, ra, nu_log)
+        return dirs, scales, gamma
+
+    @staticmethod
+    def backward(ctx, g_dirs, g_scales, g_gamma):
+        pd, rd, pa, ra, nu_log = ctx.saved_tensors
+        K1, M = pd.numel(), nu_log.numel()
+        k1w, mw = intmath.cdiv(K1, 4) * 4, intmath.cdiv(M, 4) * 4
+        buf = _alloc.empty(2 * k1w + 4 + mw, dtype=torch.float32, device=pd.device)
+        g_pd, g_rd = buf[:K1], buf[k1w:k1w + K1]
+        g_pa, g_ra = buf[2 * k1w], buf[2 * k1w + 1]
+        g_nu = buf[2 * k1w + 4:2 * k1w + 4 + M]
+        kernels.layer_operands_backward[_grid(M)](
+            pd, rd, pa, ra, nu_log, g_dirs.contiguous(), g_scales.contiguous(),
+            g_gamma.contiguous(), g_pd, g_rd, g_pa, g_ra, g_nu, K1, M, 1.0 / math.sqrt(M),
+            BLOCK=_BLOCK, num_warps=_NUM_WARPS, **LAUNCH_OPTIONS)
+        return g_pd, g_rd, g_pa, g_ra, g_nu
+
+
+def operands(pd: torch.Tensor, rd: torch.Tensor, pa: torch.Tensor, ra: torch.Tensor,
+             nu_log: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dirs [2, K1], scales [2], gamma [M]) of contiguous fp32 parameters pd, rd [K1],
+    pa, ra (0-d), nu_log [M] (module docstring)."""
+    return _grads.apply(_Operands, pd, rd, pa, ra, nu_log)

@@ -1,0 +1,109 @@
+"""The scan's problem: shape, dtypes and features of one ``samu_tune.scan`` call."""
+from __future__ import annotations
+
+import math
+from typing import ClassVar, Literal, Optional
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from samu_tune.problem import _LONG_DTYPE, SHORT_DTYPE, DTypeName, dtype_name
+
+
+class ScanProblem(BaseModel):
+    """The shape, dtypes and features of one scan call.
+
+    ``backward`` is True when gradients will be taken (the "train" measurement mode), False
+    for forward-only calls.  ``deterministic`` is set when torch's deterministic mode is on:
+    strategies that use float atomics are then ineligible.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    op: ClassVar[str] = "scan"
+
+    B: int = Field(ge=1)
+    L: int = Field(ge=1)
+    M: int = Field(ge=1)
+    dtype: DTypeName = "bfloat16"
+    control_dtype: DTypeName = "float32"
+    device: Literal["cuda", "cpu"] = "cuda"
+    backward: bool = True
+    resets: bool = False
+    initial_state: bool = False
+    final_state: bool = False
+    deterministic: bool = False
+
+    @property
+    def mode(self) -> str:
+        return "train" if self.backward else "forward"
+
+    def key(self) -> str:
+        """Stable string key, e.g. ``B8-L4096-M512-bf16-train-resets``.
+
+        The control dtype appears only when it is not float32; the device is not part of the
+        key (the cache keeps one file per device signature).
+        """
+        parts = [f"B{self.B}", f"L{self.L}", f"M{self.M}", SHORT_DTYPE[self.dtype]]
+        if self.control_dtype != "float32":
+            parts.append(f"ctl{SHORT_DTYPE[self.control_dtype]}")
+        parts.append(self.mode)
+        for flag, label in ((self.resets, "resets"), (self.initial_state, "h0"),
+                            (self.final_state, "final"), (self.deterministic, "det")):
+            if flag:
+                parts.append(label)
+        return "-".join(parts)
+
+    def feature_key(self) -> str:
+        """The key without B, L and M: problems that may share a nearest-neighbour choice."""
+        return self.key().split("-", 3)[3]
+
+    def coords(self) -> tuple[float, float]:
+        """(log(B*M), log(L)): the nearest-key search's space."""
+        return math.log(self.B * self.M), math.log(self.L)
+
+    @classmethod
+    def from_key(cls, key: str, device: str = "cuda") -> "ScanProblem":
+        """Inverse of :meth:`key`."""
+        parts = key.split("-")
+        try:
+            B, L, M = (int(p[1:]) for p in parts[:3])
+            fields: dict[str, object] = dict(B=B, L=L, M=M, dtype=_LONG_DTYPE[parts[3]],
+                                             device=device)
+            for part in parts[4:]:
+                if part.startswith("ctl"):
+                    fields["control_dtype"] = _LONG_DTYPE[part[3:]]
+                elif part in ("train", "forward"):
+                    fields["backward"] = part == "train"
+                else:
+                    fields[{"resets": "resets", "h0": "initial_state", "final": "final_state",
+                            "det": "deterministic"}[part]] = True
+        except (KeyError, ValueError, IndexError):
+            raise ValueError(f"not a problem key: {key!r}") from None
+        return cls(**fields)
+
+    @property
+    def elements(self) -> int:
+        return self.B * self.L * self.M
+
+    @classmethod
+    def from_tensors(
+        cls, eta: torch.Tensor, br: torch.Tensor, *, segment_pos: Optional[torch.Tensor] = None,
+        initial_state: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+        output_final_state: bool = False, backward: Optional[bool] = None,
+        tensors: tuple[torch.Tensor, ...] = (),
+    ) -> "ScanProblem":
+        """Build the problem of a validated call.
+
+        ``backward`` defaults to: grad mode is on and one of ``tensors`` requires grad.
+        """
+        if backward is None:
+            backward = torch.is_grad_enabled() and any(
+                t is not None and t.requires_grad for t in tensors)
+        B, L, M = br.shape
+        return cls(
+            B=B, L=L, M=M, dtype=dtype_name(br.dtype), control_dtype=dtype_name(eta.dtype),
+            device="cuda" if br.device.type == "cuda" else "cpu", backward=bool(backward),
+            resets=segment_pos is not None, initial_state=initial_state is not None,
+            final_state=bool(output_final_state),
+            deterministic=torch.are_deterministic_algorithms_enabled(),
+        )

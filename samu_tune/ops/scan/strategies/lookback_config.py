@@ -1,0 +1,209 @@
+"""The ``lookback`` strategy's config space: :class:`LookbackConfig`, which configs are valid for
+a problem (:func:`valid`) and the untuned default (:func:`default`)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from samu_tune import intmath
+from samu_tune.ops.scan.problem import ScanProblem
+from samu_tune.problem import TORCH_DTYPES
+
+
+# register budget, in tile elements per thread.  Above 8 per thread the tile configs spill
+# (ptxas, sm_90), yet spilling 32-per-thread configs beat the 8-per-thread ones at
+# (8, 8192, 1024) on the H200 (docs/performance.md), so up to 32 per thread stay in the
+# space and the tuner decides.
+_MAX_TILE = 8192
+_MAX_PER_THREAD = 32
+_MAX_TILE_BLOCK_M = 128
+
+# loop-inner configs (``inner="loop"``): rows walked per program and lanes per thread.  A
+# thread holds a few [BLOCK_M]-vectors, whatever the chunk; the lanes per thread set the
+# bytes each thread has in flight per row (a row's controls come from a per-token table, the
+# next row's loads are issued before the current row's math).  Up to 8 lanes per thread
+# compile for sm_90 without spills (registers per config: docs/performance.md).
+_LOOP_CHUNKS = (32, 64, 128)
+_LOOP_LANES_PER_THREAD = (2, 4, 8)
+_LOOP_WARPS = (2, 4)
+# rows per walk step (``rows`` 2: both rows' loads issued together, then the two dependent
+# steps: twice the bytes in flight per program) at 2 and 4 lanes per thread, chunks up to 64
+# (8 more configs).  Two rows raise the registers 1.3-1.9x without spills (sm_90), so fewer
+# programs are resident: the tuner weighs it.  8 lanes per thread, already the most
+# registers at one row, are left out (registers per config: docs/performance.md).
+_LOOP_ROWS2_LANES = (2, 4)
+_LOOP_ROWS2_MAX_CHUNK = 64
+
+# look-back width (``lookback_width``, decoupled only): predecessors read per look-back poll,
+# their statuses in one vector atomic and their payloads in one L2 round trip, so a walk over
+# n predecessors takes ~n / width polls instead of n.  A poll holds width x 4 payload vectors
+# of the lanes a thread owns (fp32).  ptxas for sm_90 issues them all before the first use
+# while width x lanes per thread <= 16; beyond that it spills and serialises the loads (a
+# round trip per row) (registers and spills per config: docs/performance.md).
+# A width pays only where a walk can be longer than the next narrower width covers in a poll.
+_MAX_WIDTH_LANES = 16
+_WIDTH_BELOW = {8: 1, 16: 8}
+
+# software-pipeline stages of the loop walks (``stages`` > 1): Triton's pipeliner copies the
+# next stages - 1 steps' rows and controls into shared memory with cp.async (checked in the
+# PTX of Triton 3.6: every row and control load of both walks, forward and backward), so a
+# program has stages - 1 steps in flight without registers to hold them.  The staged bytes
+# per program (stages x rows x the row arrays of a step) stay under _MAX_STAGED_BYTES so that
+# shared memory leaves room for several programs per SM.  Stages 4-6 beat the register
+# prefetch by 10-25% on the H200 at 64-step chunks of 2-4 lanes per thread; shorter walks are
+# mostly prologue, and each stage costs registers, hence the limits below
+# (docs/performance.md).
+_MAX_STAGED_BYTES = 48 * 1024
+_STAGED_MIN_CHUNK = 64
+_STAGED_MAX_LANES = 4
+
+
+class LookbackConfig(BaseModel):
+    """Launch choices of the look-back scan.
+
+    ``chunk``: time steps per program; ``block_m``: modes per program; ``num_warps``: warps
+    per program; ``lookback``: ``decoupled`` (predecessor aggregates, fast, not bitwise
+    reproducible) or ``chained`` (fixed combination order, deterministic); ``window``:
+    chunks per published inclusive prefix in chained mode (1 in decoupled mode); ``sub``:
+    tiles of ``chunk`` steps per program (a program's chunk is ``chunk * sub`` steps: sub > 1
+    walks its tiles twice, summary then replay, for more bytes in flight per program and a
+    ``sub`` times shorter look-back chain).  ``inner``: ``tile`` scans each [chunk, block_m]
+    tile in registers (tl.associative_scan); ``loop`` walks the program's ``chunk * sub`` rows
+    ``rows`` at a time on [block_m] vectors, twice (summary, then replay re-reading the inputs,
+    from L2 while the chunks in flight fit it): few registers per thread, high occupancy.
+    ``rows`` (loop only): rows per step of the loop-inner walks, their loads issued together
+    (2: twice the bytes in flight per program, for 1.3-1.9x the registers: see
+    ``_LOOP_ROWS2_LANES``).  ``lookback_width``
+    (decoupled only): predecessors read per look-back poll (one vector status atomic, their
+    payloads in one round trip: see ``_MAX_WIDTH_LANES``).  ``stages`` (loop only): 1, each
+    walk step loads the next step's rows into registers; N > 1, the next N - 1 steps' rows
+    are staged in shared memory by Triton's software pipeliner (cp.async): more bytes in
+    flight per program without registers to hold the rows (the staging itself costs ~10-14
+    registers per stage; see ``_MAX_STAGED_BYTES``).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    chunk: Literal[16, 32, 64, 128, 256] = 64
+    block_m: Literal[16, 32, 64, 128, 256, 512, 1024] = 32
+    num_warps: Literal[2, 4, 8] = 4
+    lookback: Literal["decoupled", "chained"] = "decoupled"
+    window: Literal[1, 8, 32] = 1
+    sub: Literal[1, 4, 16] = 1
+    inner: Literal["tile", "loop"] = "tile"
+    rows: Literal[1, 2] = 1
+    lookback_width: Literal[1, 8, 16] = 1     # predecessors per look-back poll (decoupled)
+    stages: Literal[1, 4, 6] = 1     # loop walks: software-pipeline depth
+
+
+def lanes_per_thread(cfg) -> int:
+    """Modes of a [block_m] row vector each thread holds (loop-inner: per row)."""
+    return cfg.block_m // (32 * cfg.num_warps)
+
+
+def staged_bytes(problem: ScanProblem, cfg: LookbackConfig) -> int:
+    """Shared memory the software pipeline of a loop config stages per program (0 at
+    stages 1): stages steps of ``rows`` rows of the walk's [block_m] arrays (x; backward also
+    the saved h) in the data dtype."""
+    if cfg.stages == 1:
+        return 0
+    arrays = 4 if problem.backward else 2
+    itemsize = TORCH_DTYPES[problem.dtype].itemsize
+    return cfg.stages * cfg.rows * arrays * cfg.block_m * itemsize
+
+
+def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
+    """Prune tiles mostly beyond M or L, tiles over the register budget, threads without
+    elements, and decoupled look-back under deterministic mode.  Loop-inner configs: a small
+    subspace (``_LOOP_*``: chunk, lanes per thread, warps, rows per step), sub 1, decoupled
+    look-back (chained only under deterministic mode), so the tuner tries ~10-26 of them per
+    problem (times the look-back widths); ``rows`` 2 only for loop configs of look-back width
+    1.  A look-back width > 1: decoupled only, within the register budget
+    (``_MAX_WIDTH_LANES``), and only where walks can be longer than a narrower width covers.
+    ``stages`` > 1: loop configs of 64+-step chunks at <= 4 lanes per thread whose staged
+    rows fit ``_MAX_STAGED_BYTES``."""
+    if cfg.block_m > max(16, intmath.next_power_of_2(problem.M)):
+        return False
+    if cfg.chunk * cfg.sub > max(16, intmath.next_power_of_2(problem.L)):
+        return False
+    if cfg.inner == "loop":
+        if (cfg.chunk not in _LOOP_CHUNKS or cfg.num_warps not in _LOOP_WARPS
+                or lanes_per_thread(cfg) not in _LOOP_LANES_PER_THREAD
+                or cfg.block_m % (32 * cfg.num_warps) or cfg.sub != 1):
+            return False
+        if cfg.rows != 1 and (lanes_per_thread(cfg) not in _LOOP_ROWS2_LANES
+                              or cfg.chunk > _LOOP_ROWS2_MAX_CHUNK
+                              or cfg.lookback_width != 1):    # each doubles the registers
+            return False
+        if cfg.lookback == "chained" and not problem.deterministic:
+            return False
+        if cfg.stages > 1 and (cfg.chunk < _STAGED_MIN_CHUNK
+                               or lanes_per_thread(cfg) > _STAGED_MAX_LANES
+                               or staged_bytes(problem, cfg) > _MAX_STAGED_BYTES):
+            return False
+    else:
+        if cfg.rows != 1 or cfg.stages != 1:
+            return False
+        tile_elems = cfg.chunk * cfg.block_m
+        if (cfg.block_m > _MAX_TILE_BLOCK_M or tile_elems > _MAX_TILE
+                or tile_elems > _MAX_PER_THREAD * 32 * cfg.num_warps):
+            return False
+        if tile_elems < 32 * cfg.num_warps:
+            return False
+    if cfg.window > 1 and (cfg.lookback == "decoupled"
+                           or cfg.window >= n_chunks(problem.L, cfg.chunk * cfg.sub)):
+        return False
+    if cfg.lookback_width > 1 and (
+            cfg.lookback == "chained"
+            or n_chunks(problem.L, cfg.chunk * cfg.sub) - 1 <= _WIDTH_BELOW[cfg.lookback_width]
+            or cfg.lookback_width * max(1, lanes_per_thread(cfg))
+            > _MAX_WIDTH_LANES):
+        return False
+    return not (problem.deterministic and cfg.lookback == "decoupled")
+
+
+def default(problem: ScanProblem) -> LookbackConfig:
+    """The fastest configs on the H200 in GPU time (docs/performance.md): for M >= 128 and
+    L >= 64 the software-pipelined loop walk over 64-step chunks at 2 warps, 6 stages: 256
+    modes (4 lanes per thread) one row per step where M >= 256 (20-25% faster than unstaged
+    32-step chunks at (8, 8192, 1024)), else 128 modes two rows per step.  Shorter L: 32-step
+    loop chunks of up to 512 modes (unstaged: a 32-step walk is mostly pipeline prologue).
+    Narrower M: the tile scan, 128-step chunks of 32 modes at 4 warps, shrunk to fit small
+    problems.  Under deterministic mode chained, with a window of 8 chunks when there are
+    more."""
+    mode = "chained" if problem.deterministic else "decoupled"
+    if problem.M >= 128 and problem.L >= 64:
+        block_m = 256 if problem.M >= 256 else 128
+        cfg = LookbackConfig(chunk=64, block_m=block_m, num_warps=2, inner="loop",
+                             rows=1 if block_m == 256 else 2, stages=6, lookback=mode,
+                             window=8 if mode == "chained" and n_chunks(problem.L, 64) > 8
+                             else 1)
+        if valid(problem, cfg):
+            return cfg
+    if problem.M >= 128 and problem.L >= 32:
+        block_m = 512 if problem.M >= 512 else 256 if problem.M >= 256 else 128
+        cfg = LookbackConfig(chunk=32, block_m=block_m, num_warps=4 if block_m >= 256 else 2,
+                             inner="loop", lookback=mode,
+                             window=8 if mode == "chained" and n_chunks(problem.L, 32) > 8
+                             else 1)
+        if valid(problem, cfg):
+            return cfg
+    chunk, block_m, num_warps = 128, 32, 4
+    while chunk > 16 and chunk > problem.L:
+        chunk //= 2
+    while block_m > 16 and block_m > problem.M:
+        block_m //= 2
+    while num_warps > 2 and chunk * block_m < 32 * 8 * num_warps:
+        num_warps //= 2
+    window = 8 if mode == "chained" and n_chunks(problem.L, chunk) > 8 else 1
+    return LookbackConfig(chunk=chunk, block_m=block_m, num_warps=num_warps, lookback=mode,
+                          window=window)
+
+
+def n_mode_tiles(M: int, block_m: int) -> int:
+    return intmath.cdiv(M, block_m)
+
+
+def n_chunks(L: int, chunk: int) -> int:
+    return intmath.cdiv(L, chunk)

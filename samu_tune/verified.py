@@ -1,0 +1,97 @@
+"""Verification verdicts kept across shapes and processes: a candidate that passed verification
+on a problem is not verified on it again.
+
+The tuner verifies each candidate on a small problem (the op spec's ``verification_problem``),
+and many real shapes share one: every scan shape with B >= 2, L a multiple of 64 above 320 and
+M a multiple of 32 above 64 is verified at (2, 256, 64).  Kernels take B, L and M as runtime
+values, so those runs compile the same binary and compute the same numbers.  A pass is stored
+under everything that decides it -- op, strategy, its source hash, config, the verification
+problem's key, the seed and the samu_tune / torch / triton versions -- in
+``<cache_dir>/verified-<device signature>.json``; a later tune of any shape that needs the same
+verification reads it instead.  Failures are not stored (a failure can come from the process's
+state, e.g. a CUDA context poisoned by an earlier candidate): they are verified again.
+``SAMU_TUNE_VERIFY_CACHE=0`` turns the store off.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+from filelock import FileLock
+
+from samu_tune.cache_file import LOCK_TIMEOUT_S, versions
+from samu_tune.settings import settings
+
+FORMAT = 1
+
+# path -> (mtime_ns, verdicts): one read per file and process while it does not change
+_LOADED: dict[Path, tuple[int, dict[str, Any]]] = {}
+# passes of this process, kept also where the file cannot be written
+_MEMORY: dict[tuple[str, str], float] = {}
+
+
+def key(op: str, strategy: str, source_hash: str, config: dict, problem_key: str,
+        seed: int) -> str:
+    """The stored key of one verification (``config`` as JSON-able dict)."""
+    v = versions()
+    cfg = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    return "|".join((op, strategy, source_hash, cfg, problem_key, f"seed{seed}",
+                     v["samu_tune"], v["torch"], v["triton"]))
+
+
+def path(signature: str) -> Path:
+    from samu_tune.cache import cache_dir
+    return cache_dir() / f"verified-{signature}.json"
+
+
+def _read(p: Path) -> dict[str, Any]:
+    try:
+        mtime = p.stat().st_mtime_ns
+    except OSError:
+        return {}
+    hit = _LOADED.get(p)
+    if hit is not None and hit[0] == mtime:
+        return hit[1]
+    try:
+        data = json.loads(p.read_text())
+        verdicts = data["verdicts"] if data.get("format") == FORMAT else {}
+        if not isinstance(verdicts, dict):
+            verdicts = {}
+    except (OSError, ValueError, KeyError, TypeError):
+        verdicts = {}     # unreadable: nothing is known; the next write replaces it
+    _LOADED[p] = (mtime, verdicts)
+    return verdicts
+
+
+def passed(signature: str, verification: str) -> Optional[float]:
+    """The seconds a stored pass of ``verification`` (a :func:`key`) took, or None."""
+    if not settings().verify_cache:
+        return None
+    if (signature, verification) in _MEMORY:
+        return _MEMORY[signature, verification]
+    hit = _read(path(signature)).get(verification)
+    return float(hit["seconds"]) if isinstance(hit, dict) and "seconds" in hit else None
+
+
+def record_pass(signature: str, verification: str, seconds: float) -> None:
+    """Store a pass (read-merge-write under the file's lock, atomic replace); an unwritable
+    cache directory is not an error: the pass is then kept for this process only."""
+    if not settings().verify_cache:
+        return
+    _MEMORY[signature, verification] = seconds
+    p = path(signature)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(p) + ".lock", timeout=LOCK_TIMEOUT_S):
+            verdicts = dict(_read(p))
+            verdicts[verification] = {"seconds": round(seconds, 4)}
+            fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=p.name, suffix=".tmp")
+            with os.fdopen(fd, "w") as f:
+                json.dump({"format": FORMAT, "verdicts": verdicts}, f)
+            os.replace(tmp, p)
+            _LOADED.pop(p, None)
+    except OSError:
+        pass
