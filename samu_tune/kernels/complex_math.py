@@ -94,3 +94,19 @@ def round_like(w, DTYPE: tl.constexpr):
         return w.to(tl.float16).to(tl.float32)
     else:
         return w
+
+
+@triton.jit
+def load_pair(r_ptr, i_ptr, off, mask, HAS: tl.constexpr, BLOCK_M: tl.constexpr):
+    """A complex [BLOCK_M] vector as fp32 (re, im): loaded at ``off`` (masked lanes 0) when
+    ``HAS``, else zeros (the pointers may then be None): an initial state, a final-state
+    gradient, a carry-in.  The serial and prefix kernels use it; the look-back and chunk-walk
+    kernels keep the same lines inline, where the extra inline scope changed ptxas's schedule
+    of a backward launch (docs/performance.md, "Shared kernel helpers")."""
+    if HAS:
+        r = tl.load(r_ptr + off, mask=mask, other=0.0).to(tl.float32)
+        i = tl.load(i_ptr + off, mask=mask, other=0.0).to(tl.float32)
+    else:
+        r = tl.zeros((BLOCK_M,), tl.float32)
+        i = tl.zeros((BLOCK_M,), tl.float32)
+    return r, i

@@ -23,20 +23,8 @@ M, n_chunks (and groups) are runtime values.
 import triton
 import triton.language as tl
 
+from samu_tune.kernels.complex_math import load_pair
 from samu_tune.kernels.tile import affine_combine
-
-
-@triton.jit
-def _init_state(init_r_ptr, init_i_ptr, soff, mask, HAS_INIT: tl.constexpr,
-                BLOCK_M: tl.constexpr):
-    """The carry into the first chunk ([BLOCK_M] each): loaded, or 0."""
-    if HAS_INIT:
-        zr = tl.load(init_r_ptr + soff, mask=mask, other=0.0).to(tl.float32)
-        zi = tl.load(init_i_ptr + soff, mask=mask, other=0.0).to(tl.float32)
-    else:
-        zr = tl.zeros((BLOCK_M,), tl.float32)
-        zi = tl.zeros((BLOCK_M,), tl.float32)
-    return zr, zi
 
 
 @triton.jit
@@ -96,7 +84,7 @@ def prefix_serial(
     lane = (pid % n_mblocks) * BLOCK_M + tl.arange(0, BLOCK_M)                        # [BLOCK_M]
     mask = lane < M
     soff = b * M + lane
-    zr, zi = _init_state(init_r_ptr, init_i_ptr, soff, mask, HAS_INIT, BLOCK_M)
+    zr, zi = load_pair(init_r_ptr, init_i_ptr, soff, mask, HAS_INIT, BLOCK_M)
     for c in tl.range(0, n_chunks, loop_unroll_factor=4):
         off = (b * n_chunks + c) * M + lane
         tl.store(carry_r_ptr + off, zr, mask=mask)
@@ -129,7 +117,7 @@ def prefix_blocked(
     lane = (pid % n_mblocks) * BLOCK_M + tl.arange(0, BLOCK_M)                        # [BLOCK_M]
     mask = lane < M
     soff = b * M + lane
-    zr, zi = _init_state(init_r_ptr, init_i_ptr, soff, mask, HAS_INIT, BLOCK_M)
+    zr, zi = load_pair(init_r_ptr, init_i_ptr, soff, mask, HAS_INIT, BLOCK_M)
     base = b * n_chunks
     for c0 in range(0, n_chunks, BLOCK_C):
         pr, pi, qr, qi, cs, offs = _block(p_r_ptr, p_i_ptr, q_r_ptr, q_i_ptr, base, c0,

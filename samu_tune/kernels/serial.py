@@ -21,7 +21,7 @@ shape; only block sizes and feature flags are compile-time.
 import triton
 import triton.language as tl
 
-from samu_tune.kernels.complex_math import cmul, cmul_conj, polar
+from samu_tune.kernels.complex_math import cmul, cmul_conj, load_pair, polar
 from samu_tune.kernels.tile import transition_gradients
 
 
@@ -87,12 +87,7 @@ def serial_scan(
         # carry = conj(A[t+1]) g[t+1]; before the walk it is the final-state gradient
         cr = tl.load(end_r_ptr + state_off, mask=mask, other=0.0).to(tl.float32)
         ci = tl.load(end_i_ptr + state_off, mask=mask, other=0.0).to(tl.float32)
-        if HAS_H0:
-            h0r = tl.load(h0_r_ptr + state_off, mask=mask, other=0.0).to(tl.float32)
-            h0i = tl.load(h0_i_ptr + state_off, mask=mask, other=0.0).to(tl.float32)
-        else:
-            h0r = tl.zeros((BLOCK_M,), tl.float32)
-            h0i = tl.zeros((BLOCK_M,), tl.float32)
+        h0r, h0i = load_pair(h0_r_ptr, h0_i_ptr, state_off, mask, HAS_H0, BLOCK_M)
         acc_nu = tl.zeros((BLOCK_M,), tl.float32)
         acc_theta = tl.zeros((BLOCK_M,), tl.float32)
         for i in tl.range(0, L, num_stages=NUM_STAGES, loop_unroll_factor=UNROLL):
@@ -127,12 +122,7 @@ def serial_scan(
             tl.store(gh0_r_ptr + state_off, cr, mask=mask)
             tl.store(gh0_i_ptr + state_off, ci, mask=mask)
     else:
-        if HAS_H0:
-            hr = tl.load(h0_r_ptr + state_off, mask=mask, other=0.0).to(tl.float32)
-            hi = tl.load(h0_i_ptr + state_off, mask=mask, other=0.0).to(tl.float32)
-        else:
-            hr = tl.zeros((BLOCK_M,), tl.float32)
-            hi = tl.zeros((BLOCK_M,), tl.float32)
+        hr, hi = load_pair(h0_r_ptr, h0_i_ptr, state_off, mask, HAS_H0, BLOCK_M)
         for t in tl.range(0, L, num_stages=NUM_STAGES, loop_unroll_factor=UNROLL):
             tok = row + t
             off = tok * M + lane
