@@ -4,12 +4,15 @@ Each strategy's ``torch.autograd.Function`` takes ``(plan, seg, eta, delta, nu_l
 theta_log, br, bi, h0_r, h0_i)`` and returns ``(out_r, out_i, last_r, last_i)``; its backward
 runs the reverse scan into the buffers of :func:`backward_buffers` (``lookback``: of
 :func:`grad_outputs`, its incoming gradients may be None) and returns :func:`input_grads`.
+:func:`scan_function` builds such a Function from a strategy's launches (``serial``, the chunk
+family); ``lookback`` writes its own (a control table, zeroed look-back statuses, gradients
+of unused outputs left None).
 """
 from __future__ import annotations
 
 import functools
 import math
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -183,3 +186,60 @@ def input_grads(grads: tuple[torch.Tensor, ...], like: tuple[torch.Tensor, ...],
     casts = tuple(g.to(t.dtype) for g, t in zip(grads, like, strict=True))
     gh0_cast = tuple(None if g is None else g.to(d) for g, d in zip(gh0, h0_dtypes, strict=True))
     return (None, None, *casts, *grad_b, *gh0_cast)
+
+
+def scan_function(name: str, doc: str, *, forward_launch: Callable[..., Optional[torch.Tensor]],
+                  backward_launch: Callable[..., None],
+                  grad_buffers: Callable[..., tuple[Any, Any]],
+                  reduce: Callable[..., tuple[torch.Tensor, ...]]
+                  ) -> type[torch.autograd.Function]:
+    """A scan strategy's autograd Function from its launches, one skeleton for all:
+
+    - forward: outputs allocated (out [B, L, M] pair in br's / bi's dtypes, last fp32 [B, M]
+      pair) -> ``forward_launch(plan, seg, eta, delta, nu_log, theta_log, br, bi, h0, out,
+      last)``, which returns ``aux`` (one tensor the backward reads besides inputs and outputs,
+      or None) -> saved;
+    - backward: :func:`backward_buffers` -> ``grad_buffers(plan, B, L, M, device)`` (where the
+      reverse launch writes the controls' and spectrum's gradients: partials, or zeroed sums)
+      -> ``backward_launch(plan, seg, eta, delta, nu_log, theta_log, h0, out, aux, d_out,
+      d_last, grad_b, gh0, g_ctl, g_spec)`` -> ``reduce(plan, g_ctl, g_spec)`` (fp32 grad eta,
+      delta, nu_log, theta_log) -> :func:`input_grads`.
+
+    The saved state is what the scan's operators rebuild for a backward of their own
+    (:mod:`samu_tune.ops.scan.library`): tensors (seg, eta, delta, nu_log, theta_log, h0_r,
+    h0_i, out_r, out_i, aux), ``ctx.plan``, ``ctx.shape`` = (B, L, M) and ``ctx.dtypes`` (of
+    br, bi, h0_r, h0_i); an operator passes ``aux`` None, so ``backward_launch`` recomputes it
+    when it needs it.
+    """
+
+    def forward(ctx, plan, seg, eta, delta, nu_log, theta_log, br, bi, h0_r, h0_i):
+        B, L, M = br.shape
+        out_r, out_i = _alloc.empty_like(br), _alloc.empty_like(bi)
+        last_r = _alloc.empty(B, M, dtype=torch.float32, device=br.device)
+        last_i = _alloc.empty(B, M, dtype=torch.float32, device=br.device)
+        aux = forward_launch(plan, seg, eta, delta, nu_log, theta_log, br, bi, (h0_r, h0_i),
+                             (out_r, out_i), (last_r, last_i))
+        ctx.plan = plan
+        ctx.shape = (B, L, M)
+        ctx.dtypes = dtypes(br, bi, h0_r, h0_i)
+        ctx.save_for_backward(seg, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i, aux)
+        return out_r, out_i, last_r, last_i
+
+    def backward(ctx, d_out_r, d_out_i, d_last_r, d_last_i):
+        seg, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i, aux = ctx.saved_tensors
+        plan = ctx.plan
+        B, L, M = ctx.shape
+        dev = out_r.device
+        br_dtype, bi_dtype, h0r_dtype, h0i_dtype = ctx.dtypes
+        d_out, d_last, grad_b, gh0 = backward_buffers(
+            d_out_r, d_out_i, d_last_r, d_last_i, (B, L, M), (br_dtype, bi_dtype),
+            h0_r is not None, dev)
+        g_ctl, g_spec = grad_buffers(plan, B, L, M, dev)
+        backward_launch(plan, seg, eta, delta, nu_log, theta_log, (h0_r, h0_i), (out_r, out_i),
+                        aux, d_out, d_last, grad_b, gh0, g_ctl, g_spec)
+        return input_grads(reduce(plan, g_ctl, g_spec), (eta, delta, nu_log, theta_log),
+                           grad_b, gh0, (h0r_dtype, h0i_dtype))
+
+    return type(name, (torch.autograd.Function,), {
+        "__doc__": doc, "__module__": forward_launch.__module__,
+        "forward": staticmethod(forward), "backward": staticmethod(backward)})

@@ -215,7 +215,7 @@ def _fused_traced(strategy: str, x: torch.Tensor, params: SAMUParams, state: Opt
     :mod:`samu_tune.ops.layer.library` (no graph break), the parameter operands traced.  ``modes``:
     the layer's M as a Python int (x's sizes may be symbolic)."""
     from samu_tune.library import strategy_string
-    from samu_tune.ops.layer import library as torch_ops
+    from samu_tune.ops.layer import library
     if not fused.fits(x, params, state, segment_pos):
         return None
     text = strategy_string(scan_strategy)
@@ -228,6 +228,6 @@ def _fused_traced(strategy: str, x: torch.Tensor, params: SAMUParams, state: Opt
         return None
     dirs, scales, gamma = fused.operands(params)
     h0, seg = fused.kernel_state(state, segment_pos)
-    return torch_ops.fused_layer(x.contiguous(), dirs, scales, gamma,
+    return library.fused_layer(x.contiguous(), dirs, scales, gamma,
                                  params.nu_log.contiguous(), params.theta_log.contiguous(),
                                  seg, h0, text)

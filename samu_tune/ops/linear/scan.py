@@ -212,12 +212,12 @@ def _scan_traced(a: Pair, b: Pair, h0: Optional[Pair], reverse: bool, strategy: 
                  ) -> tuple[Pair, Pair]:
     """:func:`_scan` under torch.compile: the kernels as the operators ``samu_tune::linear_fwd``
     / ``linear_bwd`` (:mod:`samu_tune.ops.linear.library`), the torch loop where they cannot run."""
-    from samu_tune.ops.linear import library as torch_ops
+    from samu_tune.ops.linear import library
     tensors = [t for p in (a, b, h0) if p is not None for t in p if t is not None]
     if (strategy == "reference" or not kernels_available(a.r)
             or any(t.dtype == torch.float64 for t in tensors)):
         return linear_scan_reference(a, b, h0, reverse=reverse)
-    outs = torch_ops.linear_scan(
+    outs = library.linear_scan(
         *(t.contiguous() if t is not None else None
           for t in (a.r, a.i, b.r, b.i, *(h0 if h0 is not None else (None, None)))),
         reverse=bool(reverse), strategy=strategy)

@@ -88,7 +88,7 @@ def _scan_traced(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_p
                  output_final_state, strategy) -> ScanOutput:
     """:func:`scan` under torch.compile: validation traced, the kernels as operators."""
     from samu_tune.library import strategy_string
-    from samu_tune.ops.scan import library as torch_ops
+    from samu_tune.ops.scan import library
     from samu_tune.ops.scan.reference import scan_reference
     inputs = validate(eta, delta, nu_log, theta_log, br, bi, initial_state=initial_state,
                       segment_pos=segment_pos, output_final_state=output_final_state)
@@ -99,10 +99,10 @@ def _scan_traced(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_p
                               inputs.br, inputs.bi, initial_state=inputs.initial_state,
                               segment_pos=inputs.segment_pos,
                               output_final_state=inputs.output_final_state)
-    if not torch_ops.operators_serve(strategy_string(strategy)):
+    if not library.operators_serve(strategy_string(strategy)):
         return _scan_eager(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
                            output_final_state, strategy)
-    return torch_ops.scan(inputs, strategy)
+    return library.scan(inputs, strategy)
 
 
 # a strategy without an autograd Function (one registered from outside) runs eagerly behind a

@@ -12,7 +12,7 @@ from samu_tune.ops.scan.strategies.chunk_family import ChunkFamilyConfig
 
 
 class ChunkConfig(ChunkFamilyConfig):
-    """The chunk-family fields (see :class:`~._chunk_common.ChunkFamilyConfig`)."""
+    """The chunk-family fields (see :class:`~.chunk_family.ChunkFamilyConfig`)."""
 
 
 def valid(problem: ScanProblem, cfg: ChunkConfig) -> bool:

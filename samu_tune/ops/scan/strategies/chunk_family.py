@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Callable, Literal, Optional
+from typing import Callable, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -221,51 +221,39 @@ def _scan(plan: ChunkPlan, reverse: bool, B: int, L: int, M: int, *, eta, delta,
         L, M, nc, nmb, HAS_H0=h0[0] is not None, ATOMIC=plan.atomic, **common)
 
 
-class _ChunkScan(torch.autograd.Function):
-    """Autograd of a chunk-family scan; outputs (out_r, out_i, last_r, last_i)."""
+def _forward(plan: ChunkPlan, seg, eta, delta, nu_log, theta_log, br, bi, h0, out, last):
+    B, L, M = br.shape
+    _scan(plan, False, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
+          seg=seg, x=(br, bi), y=out, init=h0, end=last)
+    return None
 
-    @staticmethod
-    def forward(ctx, plan: ChunkPlan, seg: Optional[torch.Tensor], eta, delta, nu_log,
-                theta_log, br, bi, h0_r, h0_i):
-        B, L, M = br.shape
-        dev = br.device
-        out_r, out_i = _alloc.empty_like(br), _alloc.empty_like(bi)
-        last = (_f32(B, M, device=dev), _f32(B, M, device=dev))
-        _scan(plan, False, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
-              seg=seg, x=(br, bi), y=(out_r, out_i), init=(h0_r, h0_i), end=last)
-        ctx.plan = plan
-        ctx.shape = (B, L, M)
-        ctx.dtypes = _grads.dtypes(br, bi, h0_r, h0_i)
-        ctx.save_for_backward(seg, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i,
-                              None)
-        return out_r, out_i, last[0], last[1]
 
-    @staticmethod
-    def backward(ctx, d_out_r, d_out_i, d_last_r, d_last_i):
-        seg, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i, _ = ctx.saved_tensors
-        plan: ChunkPlan = ctx.plan
-        B, L, M = ctx.shape
-        dev = out_r.device
-        br_dtype, bi_dtype, h0r_dtype, h0i_dtype = ctx.dtypes
-        d_out, d_last, grad_b, gh0 = _grads.backward_buffers(
-            d_out_r, d_out_i, d_last_r, d_last_i, (B, L, M), (br_dtype, bi_dtype),
-            h0_r is not None, dev)
-        nc, nmb = n_chunks(L, plan.chunk), intmath.cdiv(M, plan.block_m)
-        if plan.atomic:
-            g_ctl = _grads.Stacked.empty(B, L, dtype=torch.float32, device=dev)
-            g_spec = _grads.Stacked.empty(M, dtype=torch.float32, device=dev)
-            g_ctl.whole.zero_()
-            g_spec.whole.zero_()
-        else:
-            g_ctl, g_spec = _grads.partials(B, L, nmb, (B, nc, M), dev)
-        _scan(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
-              seg=seg, x=d_out, y=grad_b, init=d_last, h=(out_r, out_i), h0=(h0_r, h0_i),
-              gh0=gh0, g_ctl=g_ctl, g_spec=g_spec)
-        # atomics accumulated the gradients themselves; partials: over mode tiles / chunks and
-        # batch rows
-        grads = (*g_ctl, *g_spec) if plan.atomic else _grads.sum_partials(g_ctl, g_spec)
-        return _grads.input_grads(grads, (eta, delta, nu_log, theta_log), grad_b, gh0,
-                                  (h0r_dtype, h0i_dtype))
+def _grad_buffers(plan: ChunkPlan, B: int, L: int, M: int, dev: torch.device):
+    """Zeroed sums for the float atomics; else per-program partials (over mode tiles /
+    chunks and batch rows, summed by torch)."""
+    if plan.atomic:
+        g_ctl = _grads.Stacked.empty(B, L, dtype=torch.float32, device=dev)
+        g_spec = _grads.Stacked.empty(M, dtype=torch.float32, device=dev)
+        g_ctl.whole.zero_()
+        g_spec.whole.zero_()
+        return g_ctl, g_spec
+    nc, nmb = n_chunks(L, plan.chunk), intmath.cdiv(M, plan.block_m)
+    return _grads.partials(B, L, nmb, (B, nc, M), dev)
+
+
+def _backward(plan: ChunkPlan, seg, eta, delta, nu_log, theta_log, h0, out, _aux, d_out,
+              d_last, grad_b, gh0, g_ctl, g_spec) -> None:
+    B, L, M = out[0].shape
+    _scan(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
+          seg=seg, x=d_out, y=grad_b, init=d_last, h=out, h0=h0, gh0=gh0, g_ctl=g_ctl,
+          g_spec=g_spec)
+
+
+_ChunkScan = _grads.scan_function(
+    "_ChunkScan", "Autograd of a chunk-family scan; outputs (out_r, out_i, last_r, last_i).",
+    forward_launch=_forward, backward_launch=_backward, grad_buffers=_grad_buffers,
+    reduce=lambda plan, g_ctl, g_spec: (
+        (*g_ctl, *g_spec) if plan.atomic else _grads.sum_partials(g_ctl, g_spec)))
 
 
 def chunk_scan(inputs: ScanInputs, plan: ChunkPlan) -> ScanOutput:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -120,46 +120,31 @@ def radial_decay(eta: torch.Tensor, nu_log: torch.Tensor, M: int) -> torch.Tenso
     return rho
 
 
-class _SerialScan(torch.autograd.Function):
-    """Autograd of the serial walk; outputs (out_r, out_i, last_r, last_i)."""
+def _forward(plan: SerialPlan, seg, eta, delta, nu_log, theta_log, br, bi, h0, out, last):
+    B, L, M = br.shape
+    rho = radial_decay(eta, nu_log, M) if plan.precomputed else None
+    _launch(plan, False, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
+            seg=seg, rho=rho, x=(br, bi), h0=h0, y=out, end=last)
+    return rho
 
-    @staticmethod
-    def forward(ctx, plan: SerialPlan, seg: Optional[torch.Tensor], eta, delta, nu_log,
-                theta_log, br, bi, h0_r, h0_i):
-        B, L, M = br.shape
-        rho = radial_decay(eta, nu_log, M) if plan.precomputed else None
-        out_r, out_i = _alloc.empty_like(br), _alloc.empty_like(bi)
-        last_r = _alloc.empty(B, M, dtype=torch.float32, device=br.device)
-        last_i = _alloc.empty(B, M, dtype=torch.float32, device=br.device)
-        _launch(plan, False, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
-                seg=seg, rho=rho, x=(br, bi), h0=(h0_r, h0_i), y=(out_r, out_i),
-                end=(last_r, last_i))
-        ctx.plan = plan
-        ctx.shape = (B, L, M)
-        ctx.dtypes = _grads.dtypes(br, bi, h0_r, h0_i)
-        ctx.save_for_backward(seg, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i, rho)
-        return out_r, out_i, last_r, last_i
 
-    @staticmethod
-    def backward(ctx, d_out_r, d_out_i, d_last_r, d_last_i):
-        seg, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i, rho = ctx.saved_tensors
-        plan: SerialPlan = ctx.plan
-        B, L, M = ctx.shape
-        dev = out_r.device
-        br_dtype, bi_dtype, h0r_dtype, h0i_dtype = ctx.dtypes
-        d_out, d_last, grad_b, gh0 = _grads.backward_buffers(
-            d_out_r, d_out_i, d_last_r, d_last_i, (B, L, M), (br_dtype, bi_dtype),
-            h0_r is not None, dev)
-        if plan.precomputed and rho is None:   # not kept by the caller: computed again
-            rho = radial_decay(eta, nu_log, M)
-        p_ctl, p_spec = _grads.partials(B, L, n_mode_blocks(M, plan.block_m), (B, M), dev)
-        _launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
-                seg=seg, rho=rho, x=d_out, h0=(h0_r, h0_i), y=(out_r, out_i), end=d_last,
-                gx=grad_b, gh0=gh0, p_ctl=p_ctl, p_spec=p_spec)
-        # over mode tiles / batch rows
-        grads = _grads.sum_partials(p_ctl, p_spec)
-        return _grads.input_grads(grads, (eta, delta, nu_log, theta_log), grad_b, gh0,
-                                  (h0r_dtype, h0i_dtype))
+def _backward(plan: SerialPlan, seg, eta, delta, nu_log, theta_log, h0, out, rho, d_out,
+              d_last, grad_b, gh0, p_ctl, p_spec) -> None:
+    B, L, M = out[0].shape
+    if plan.precomputed and rho is None:   # not kept by the caller: computed again
+        rho = radial_decay(eta, nu_log, M)
+    _launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
+            seg=seg, rho=rho, x=d_out, h0=h0, y=out, end=d_last, gx=grad_b, gh0=gh0,
+            p_ctl=p_ctl, p_spec=p_spec)
+
+
+_SerialScan = _grads.scan_function(
+    "_SerialScan", "Autograd of the serial walk; outputs (out_r, out_i, last_r, last_i).",
+    forward_launch=_forward, backward_launch=_backward,
+    # per-program partials: over mode tiles / batch rows, summed by torch
+    grad_buffers=lambda plan, B, L, M, dev: _grads.partials(
+        B, L, n_mode_blocks(M, plan.block_m), (B, M), dev),
+    reduce=lambda plan, p_ctl, p_spec: _grads.sum_partials(p_ctl, p_spec))
 
 
 def serial_scan(inputs: ScanInputs, plan: SerialPlan) -> ScanOutput:
