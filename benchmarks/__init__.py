@@ -10,6 +10,8 @@ them on the device machine, one phase each).
 - ``bench_layer``: the SAMU layer (fused, unfused, on the seed's scan) and the decode step.
 - ``bench_tuner``: the tuner's pick and wall time against an exhaustive search;
   ``bench_cold_tune``: a cold tune with and without the compile pool.
+- ``search_study``: a short search (priors, then defaults) replayed on a ``bench.json``'s
+  measured times (no GPU).
 - ``bench_lookback``: look-back configs against ``serial`` (the look-back defaults);
   ``bench_fused_configs``: the fused layer at explicit look-back configs.
 - ``dispatch_overhead``: what a cache hit adds to a ``samu_tune.scan`` call (CPU or GPU).

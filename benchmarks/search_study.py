@@ -1,0 +1,100 @@
+"""How well a search that starts from what is known picks, replayed on measured times.
+
+Reads a ``bench.json`` of :mod:`benchmarks.bench_scan` (every candidate it timed at every grid
+shape, GPU time) and, per (shape, dtype, mode), replays two short searches on those times:
+
+- ``priors``: the winners of the other grid problems with the same dtype and mode (left out:
+  this one's), nearest first in log-space of (B*M, L) as the tuner's priors, at most
+  ``--priors`` distinct configs;
+- ``priors+defaults``: those, then each strategy's default config for the shape (the current
+  code's ``default()``; one not in the file is skipped).
+
+The pick is the fastest of the candidates a search would time; the table gives its time over
+the best of every candidate in the file (1.000: the same pick) and how many it times.  No GPU
+is needed: the times are the file's.
+
+    python -m benchmarks.search_study benchmarks/results/NVIDIA-H200/s16/final/grid/bench.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+
+def _key(name: str, config: dict) -> str:
+    return name + json.dumps(config, sort_keys=True)
+
+
+def study(data: dict, n_priors: int) -> list[dict]:
+    from samu_tune import registry
+    from samu_tune.ops.scan.problem import ScanProblem
+
+    times: dict[tuple, dict[str, float]] = {}
+    for r in data["rows"]:
+        if r["kind"] != "strategy":
+            continue
+        for mode in ("forward", "train"):
+            if r.get(f"{mode}_ms") is not None:
+                times.setdefault((tuple(r["shape"]), r["dtype"], mode), {})[
+                    _key(r["name"], r["config"])] = r[f"{mode}_ms"]
+    winners = {p: min(t, key=t.get) for p, t in times.items()}
+    out = []
+    for (shape, dtype, mode), cands in sorted(times.items()):
+        B, L, M = shape
+        here = (math.log(B * M), math.log(L))
+
+        def dist(other):
+            (b, l, m), _, _ = other
+            return math.hypot(math.log(b * m) - here[0], math.log(l) - here[1])
+        others = sorted((p for p in winners if p != (shape, dtype, mode)
+                         and p[1] == dtype and p[2] == mode), key=dist)
+        priors: list[str] = []
+        for p in others:
+            w = winners[p]
+            if w in cands and w not in priors:
+                priors.append(w)
+            if len(priors) == n_priors:
+                break
+        problem = ScanProblem(B=B, L=L, M=M, dtype=dtype, backward=mode == "train")
+        defaults = []
+        for s in registry.all_strategies():
+            if s.name == "reference" or s.reasons(problem):
+                continue
+            k = _key(s.name, s.default_config(problem).model_dump(mode="json"))
+            if k in cands and k not in priors:
+                defaults.append(k)
+        best = min(cands.values())
+        row = {"shape": shape, "dtype": dtype, "mode": mode, "candidates": len(cands),
+               "best": best}
+        for label, keys in (("priors", priors), ("priors+defaults", priors + defaults)):
+            row[label] = (min(cands[k] for k in keys) / best if keys else None, len(keys))
+        out.append(row)
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("bench_json", type=Path)
+    ap.add_argument("--priors", type=int, default=5, help="priors per problem (tuner: 5)")
+    args = ap.parse_args(argv)
+    rows = study(json.loads(args.bench_json.read_text()), args.priors)
+    print("| (B, L, M) dtype mode | candidates in file | priors: pick / best (timed) "
+          "| priors+defaults: pick / best (timed) |")
+    print("|---|---|---|---|")
+    for r in rows:
+        cells = [f"{r[k][0]:.3f} ({r[k][1]})" if r[k][0] is not None else f"- ({r[k][1]})"
+                 for k in ("priors", "priors+defaults")]
+        print(f"| {r['shape']} {r['dtype']} {r['mode']} | {r['candidates']} | {cells[0]} "
+              f"| {cells[1]} |")
+    for k in ("priors", "priors+defaults"):
+        ratios = [r[k][0] for r in rows if r[k][0] is not None]
+        within = sum(x <= 1.02 for x in ratios)
+        print(f"{k}: within 2% of the file's best at {within} of {len(ratios)}; worst "
+              f"{max(ratios):.3f}; mean candidates timed "
+              f"{sum(r[k][1] for r in rows) / len(rows):.1f}")
+
+
+if __name__ == "__main__":
+    main()
