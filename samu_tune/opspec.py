@@ -79,10 +79,17 @@ def ops() -> list[str]:
     return list(BUILTIN) + sorted(set(_SPECS) - set(BUILTIN))
 
 
+_LOADED: list[bool] = []
+
+
 def load_builtin() -> None:
-    """Import every built-in op's spec module (registering its spec and strategies)."""
+    """Import every built-in op's spec module (registering its spec and strategies); once
+    per process (the registry calls this on every lookup)."""
+    if _LOADED:
+        return
     for module in BUILTIN.values():
         importlib.import_module(module)
+    _LOADED.append(True)
 
 
 def of(problem) -> OpSpec:

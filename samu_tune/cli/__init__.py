@@ -60,7 +60,8 @@ def _profile_parser(sub) -> None:
                         "shapes timed first; none on the CPU)")
     p.add_argument("--exhaustive", action="store_true",
                    help="time every config of every eligible strategy, without a budget "
-                        "(hours on a cold machine; to check what the budgeted search picks)")
+                        "(minutes a shape on a cold machine; to check what the budgeted "
+                        "search picks)")
     p.add_argument("--max-configs", type=_positive_int, metavar="N",
                    help="per shape: evaluate at most N candidates")
     p.add_argument("--quick", action="store_true",
