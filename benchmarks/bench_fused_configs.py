@@ -7,7 +7,7 @@ For each layer shape (B, L, M) (x [B, L, 2M] bf16, fp32 parameters: bench_layer'
 rows) and each loop-inner :class:`LookbackConfig` (specs as
 :func:`benchmarks.common.parse_lookback_config`: ``64x512x4lr2`` = chunk 64, block_m 512,
 4 warps, loop inner, 2 rows per step), the fused layer is called as ``samu_tune.ops.layer.fused.forward`` calls it,
-``lookback.fused_layer(x, dirs, scales, gamma, nu_log, theta_log, cfg)``, with ``cfg`` passed
+``fused_autograd.fused_layer(x, dirs, scales, gamma, nu_log, theta_log, cfg)``, with ``cfg`` passed
 straight in: no dispatch and no ``_fused_measured`` cap, so rows-2 configs at 4 lanes per thread
 are timed too.  Two modes, GPU time (``common.time_call``, as bench_layer's ``_bench``):
 
@@ -51,7 +51,7 @@ import torch
 
 import samu_tune
 from samu_tune import dispatch
-from samu_tune.ops.layer import fused
+from samu_tune.ops.layer import fused, fused_autograd
 from samu_tune.settings import settings
 from samu_tune.ops.scan.strategies import lookback
 from samu_tune.ops.scan.strategies.lookback import LookbackConfig
@@ -105,7 +105,7 @@ class Case:
         # fused.forward's call without state or resets (x, nu_log, theta_log contiguous)
         dirs, scales, gamma = operands
         p = self.params
-        return lookback.fused_layer(x, dirs, scales, gamma, p.nu_log.contiguous(),
+        return fused_autograd.fused_layer(x, dirs, scales, gamma, p.nu_log.contiguous(),
                                     p.theta_log.contiguous(), cfg)[0]
 
     def forward(self, cfg):

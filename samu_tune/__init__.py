@@ -10,7 +10,7 @@ from samu_tune import cache  # noqa: E402
 from samu_tune.ops.layer import SAMU, varlen_scan  # noqa: E402
 from samu_tune.ops.linear import complex_scan, real_scan  # noqa: E402
 from samu_tune.dispatch import Decision, NoEligibleStrategy, choose, resolve  # noqa: E402
-from samu_tune.explain import Explanation  # noqa: E402
+from samu_tune.explanation import Explanation  # noqa: E402
 from samu_tune.ops.scan.api import explain, scan  # noqa: E402
 from samu_tune.ops.decode.problem import DecodeProblem  # noqa: E402
 from samu_tune.ops.scan.problem import ScanProblem  # noqa: E402

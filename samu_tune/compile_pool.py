@@ -55,7 +55,6 @@ def _job(op: str, problem: dict, strategy: str, config: dict, seed: int, device:
     try:
         from samu_tune import opspec, registry
         from samu_tune.device import device_info
-        from samu_tune import opspec
         prob = opspec.get(op).problem_type.model_validate(problem)
         strat = registry.get(strategy, op)
         cfg = strat.parse_config(config)

@@ -214,7 +214,7 @@ def choose(problem: Problem, strategy: StrategyArg = "auto", *,
 
     ``policy`` overrides ``SAMU_TUNE_MODE``; ``allow_tune=False`` never tunes (explain, CUDA
     graph capture); ``trail`` collects why earlier sources were skipped.  Local to this
-    process: no memo, no distributed broadcast (see :func:`scan`).
+    process: no memo, no distributed broadcast (see :func:`decide`).
     """
     trail = [] if trail is None else trail
     dev = _signature(problem, device)
@@ -272,7 +272,7 @@ def _relaxed(problem: Problem, dev: DeviceInfo, trail: list[str]) -> Optional[De
 
 
 def resolve(problem: Problem, strategy: StrategyArg = "auto") -> tuple[Strategy, BaseModel]:
-    """The (strategy, config) that :func:`scan` runs for ``problem`` (this process's choice)."""
+    """The (strategy, config) that a call runs for ``problem`` (this process's choice)."""
     d = choose(problem, strategy)
     return d.strategy, d.config
 

@@ -130,7 +130,7 @@ class Search:
             if verdict.failure is not None:
                 cand.reason = verdict.failure
                 return cand
-            if verdict.verified_on is not None:
+            if verdict.verified_on is not None and strategy.modules:
                 verified.record_pass(self.dev.signature(),
                                      self._verification_key(strategy, config, verdict.verified_on),
                                      verdict.seconds)
@@ -147,8 +147,10 @@ class Search:
         spec = self.spec
         vproblem = spec.verification_problem(self.problem, strategy, config, self.dev)
         cand.verified_on = vproblem.key()
-        stored = self._verification_key(strategy, config, vproblem.key())
-        if verified.passed(self.dev.signature(), stored) is not None:
+        # a strategy that lists no modules has no code identity: never read or stored
+        stored = (self._verification_key(strategy, config, vproblem.key())
+                  if strategy.modules else None)
+        if stored is not None and verified.passed(self.dev.signature(), stored) is not None:
             cand.verified_in = "cache"
             return None
         t = time.monotonic()
@@ -163,7 +165,7 @@ class Search:
             failure = _reason("verification raised", exc)
             self._recover(exc)
         cand.verify_s = time.monotonic() - t
-        if failure is None:
+        if failure is None and stored is not None:
             verified.record_pass(self.dev.signature(), stored, cand.verify_s)
         return failure
 

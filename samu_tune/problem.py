@@ -44,11 +44,20 @@ def dtype_name(dtype: torch.dtype | str) -> str:
 
 
 def _as_problem(value: Any) -> BaseModel:
-    """A problem model kept as it is; a dict parsed as the first op's problem type it fits
-    (the built-in ops in order: a scan problem's fields parse as a scan problem)."""
+    """A problem of a registered op, kept as it is; a dict parsed as the problem type its
+    ``op`` entry names (written by the serializer), else (a dict without one, as written
+    before ops were tagged) as the first op's problem type it fits, built-in ops in order."""
+    types = problem_types()
     if isinstance(value, BaseModel):
-        return value
-    for cls in problem_types().values():
+        if isinstance(value, tuple(types.values())):
+            return value
+        raise ValueError(f"not a problem of a registered op: {type(value).__name__}")
+    if isinstance(value, dict) and "op" in value:
+        fields = {k: v for k, v in value.items() if k != "op"}
+        if value["op"] not in types:
+            raise ValueError(f"problem of unknown op {value['op']!r}; known: {sorted(types)}")
+        return types[value["op"]].model_validate(fields)
+    for cls in types.values():
         try:
             return cls.model_validate(value)
         except ValidationError:
@@ -57,11 +66,12 @@ def _as_problem(value: Any) -> BaseModel:
 
 
 def _dump(problem: BaseModel, info: SerializationInfo) -> Any:
-    return problem.model_dump(mode=info.mode)
+    """The problem's fields and its ``op`` (the type to parse it back as)."""
+    return {"op": problem.op, **problem.model_dump(mode=info.mode)}
 
 
 # any op's problem model (each op's ``problem.py``), in a pydantic field: kept as given,
-# serialized with its own fields
+# serialized with its fields and its op
 Problem = Annotated[Any, PlainValidator(_as_problem), PlainSerializer(_dump)]
 
 

@@ -403,3 +403,8 @@ def test_progress_reports_the_best_so_far_and_what_is_left(monkeypatch, capsys):
     p.shape_start(2, "B2-L64-M8-f32-forward")
     now[0] += 4
     assert p.left_s() == pytest.approx(6 + 10)     # this shape's mean rest, then one more
+    # a shape served from the cache finishes at once and does not lower the mean
+    p.shape_done("cached", tuned=False)
+    p.shape_start(3, "B3-L64-M8-f32-forward")
+    now[0] += 1
+    assert p.left_s() == pytest.approx(10 - 1)

@@ -1,4 +1,4 @@
-"""Shared autograd plumbing of the Triton strategies (samu_tune/strategies/_grads.py)."""
+"""Shared autograd plumbing of the Triton strategies (samu_tune/autograd.py)."""
 import pytest
 import torch
 

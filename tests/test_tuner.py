@@ -249,17 +249,24 @@ def test_a_verification_pass_is_reused_by_another_shape(env, clock):
     """Two shapes verified on the same small problem: the second tune reads the first's pass
     (also in a fresh process: it is on disk); a failure is verified again; the store is
     keyed by the strategy's source hash."""
+    import dataclasses
+    import sys
     from samu_tune import verified
     env.set_env(SAMU_TUNE_VERIFY_CACHE="1")
-    env.add(fake("good", 1.0), fake("wrong", 0.5, wrong=True))
+    this = (sys.modules[__name__],)     # a strategy's code identity: the modules it lists
+    env.add(dataclasses.replace(fake("good", 1.0), modules=this),
+            dataclasses.replace(fake("wrong", 0.5, wrong=True), modules=this),
+            fake("anonymous", 2.0))
     a = ScanProblem(B=4, L=700, M=96, dtype="float32", device="cpu", backward=False)
     b = a.model_copy(update={"B": 3, "L": 1340})     # both verified at (2, 316, 64)
-    first = _by_name(samu_tune.tune(a, strategies=["good", "wrong"], reps=2))
-    second = _by_name(samu_tune.tune(b, strategies=["good", "wrong"], reps=2))
+    first = _by_name(samu_tune.tune(a, strategies=["good", "wrong", "anonymous"], reps=2))
+    second = _by_name(samu_tune.tune(b, strategies=["good", "wrong", "anonymous"], reps=2))
     assert first["good"].verified_on == second["good"].verified_on
     assert first["good"].verified_in is None and second["good"].verified_in == "cache"
     assert second["good"].status == "ok"
     assert second["wrong"].verified_in is None and second["wrong"].status == "failed"
+    # no modules listed, no code identity: verified every time
+    assert second["anonymous"].verified_in is None and second["anonymous"].status == "ok"
     # on disk: a new process (the in-process memory dropped) reads it
     verified._MEMORY.clear()
     verified._LOADED.clear()
@@ -269,6 +276,13 @@ def test_a_verification_pass_is_reused_by_another_shape(env, clock):
     env.registry["good"]._hash[:] = ["0" * 16]
     fourth = _by_name(samu_tune.tune(b, strategies=["good"], reps=2))
     assert fourth["good"].verified_in is None
+    # a corrupt or foreign file is not an error: verified again, the file replaced
+    for text in ("[]", '{"format": 1, "verdicts": {"x": null}}', "not json"):
+        verified._MEMORY.clear()
+        verified._LOADED.clear()
+        verified.path("cpu-interpreter").write_text(text)
+        again = _by_name(samu_tune.tune(b, strategies=["good"], reps=2))["good"]
+        assert again.status == "ok" and again.verified_in is None
     # switched off: verified every time
     env.set_env(SAMU_TUNE_VERIFY_CACHE="0")
     assert _by_name(samu_tune.tune(a, strategies=["good"], reps=2))["good"].verified_in is None

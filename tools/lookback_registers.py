@@ -14,7 +14,7 @@ N, ``32x256x4lw8``, and ``pN``: N software-pipeline stages, ``64x256x2lr2p4``).
 
 Compiles the kernel (bf16 data, resets and h0 on) through Triton's NVIDIA backend to PTX and
 runs the ptxas shipped with Triton on it (``ptxas -v``).  This is how the register budget in
-``samu_tune/strategies/lookback.py`` was chosen.  Uses Triton's compiler internals
+``samu_tune/ops/scan/strategies/lookback_config.py`` was chosen.  Uses Triton's compiler internals
 (``ASTSource``, backend stages): checked with Triton 3.6 and 3.9.
 """
 from __future__ import annotations

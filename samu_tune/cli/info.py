@@ -7,7 +7,7 @@ import json
 import torch
 
 from samu_tune import registry
-from samu_tune.explain import explain_problem
+from samu_tune.explanation import explain_problem
 from samu_tune.ops.decode.problem import DecodeProblem
 from samu_tune.ops.layer.problem import LayerProblem
 from samu_tune.ops.scan.problem import ScanProblem

@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
                     results.append((i, result))
                 row = row_from_result(result, dev, bw)
             rows_at[i] = row
-            progress.shape_done(_summary(row))
+            progress.shape_done(_summary(row), tuned=entry is None)
     if world > 1:
         rows_at = _merge_ranks(rows_at, results)
         if rank != 0:

@@ -33,7 +33,8 @@ class ProfileProgress:
         self._key = ""
         self._t0 = time.monotonic()
         self._shape_t0 = self._t0
-        self._done_s: list[float] = []      # seconds of each finished shape
+        self._done_s: list[float] = []      # seconds of each tuned shape
+        self._served = 0                     # shapes served from the cache (about 0 s)
         self._best: Optional[tuple[float, str]] = None
         self._where = "starting"
 
@@ -71,8 +72,9 @@ class ProfileProgress:
             return None
         done = len(self._done_s)
         mean = sum(self._done_s) / done
-        running = self._index > done            # a shape started and not finished
-        left = mean * max(0, self.total - done - running)
+        finished = done + self._served
+        running = self._index > finished        # a shape started and not finished
+        left = mean * max(0, self.total - finished - running)
         if running:
             left += max(0.0, mean - (time.monotonic() - self._shape_t0))
         return left
@@ -100,8 +102,13 @@ class ProfileProgress:
             state = f"{ev.time_ms:.4g} ms" if ev.status == "ok" else f"{ev.status}: {ev.reason}"
             self._line(f"    {where}: {state} ({ev.elapsed_s:.1f} s)")
 
-    def shape_done(self, summary: str) -> None:
-        self._done_s.append(time.monotonic() - self._shape_t0)
+    def shape_done(self, summary: str, tuned: bool = True) -> None:
+        """A shape finished: tuned now, or (``tuned`` False) served from the cache, which
+        does not count in the estimate."""
+        if tuned:
+            self._done_s.append(time.monotonic() - self._shape_t0)
+        else:
+            self._served += 1
         if self._progress is not None:
             self._progress.advance(self._task)
         else:

@@ -9,7 +9,7 @@ from rich.table import Table
 from samu_tune.cache import EntryStatus
 
 if TYPE_CHECKING:
-    from samu_tune.explain import Explanation
+    from samu_tune.explanation import Explanation
     from samu_tune.registry import Strategy
     from samu_tune.cli.rows import ProfileRow
 

@@ -15,7 +15,7 @@ output) and backward reads d y, h and x once and writes grad x (the relu mask, t
 derivative and d gamma inside the kernel), then the controller's backward kernel reads x and
 adds the controller's grad x into it in place (and sums the direction and amplitude
 gradients).  The controller runs inside the fused layer's autograd Function rather than a
-Function of its own for that in-place accumulation (see ``FusedLayer``); ``strategies/``
+Function of its own for that in-place accumulation (see ``FusedLayer``); ``fused_autograd``
 binds the kernels, this module only prepares the operands.
 
 It runs on CUDA tensors (or under ``TRITON_INTERPRET=1``) with x in bf16 / fp16 / fp32, fp32

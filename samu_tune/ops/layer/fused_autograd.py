@@ -97,10 +97,10 @@ def fused_layer(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, gamma
     (:class:`FusedLayer`), differentiable in x, dirs, scales, gamma, nu_log, theta_log and
     h0.  All inputs contiguous, parameters fp32; ``cfg`` must be loop-inner (the tile path has
     no fused I/O).  Returns (y, final state).  ValueError on a config that is not a loop-inner
-    :class:`lb.LookbackConfig` or on inputs of other shapes, dtypes or devices (the kernels index
+    :class:`~samu_tune.ops.scan.strategies.lookback.LookbackConfig` or on inputs of other shapes, dtypes or devices (the kernels index
     them unchecked; dirs, scales and x are checked by the controller's binding)."""
     if not isinstance(cfg, lb.LookbackConfig) or cfg.inner != "loop":
-        raise ValueError(f"the fused SAMU layer needs a loop-inner lb.LookbackConfig, got {cfg!r}")
+        raise ValueError(f"the fused SAMU layer needs a loop-inner LookbackConfig, got {cfg!r}")
     if x.dim() != 3 or x.shape[-1] % 2:
         raise ValueError(f"fused SAMU layer: x must be [B, L, 2M], got {list(x.shape)}")
     B, L, width = x.shape

@@ -52,7 +52,7 @@ def layer_fwd(x: Tensor, dirs: Tensor, scales: Tensor, gamma: Tensor, nu_log: Te
         gamma, h0_r, h0_i)
     saved = ctx.saved_tensors
     c_eta, h_r, h_i, table = saved[3], saved[12], saved[13], saved[14]
-    # eta, delta, s are the rows of one [4, T4] allocation (strategies.controller.forward)
+    # eta, delta, s are the rows of one [4, T4] allocation (ops.scan.controls.forward)
     t4 = _t4(c_eta.numel())
     buf = c_eta.as_strided((4, t4), (t4, 1), c_eta.storage_offset())
     if h_r is None:

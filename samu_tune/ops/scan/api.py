@@ -14,11 +14,12 @@ from pydantic import BaseModel
 
 from samu_tune import dispatch
 from samu_tune.dispatch import Decision, StrategyArg
-from samu_tune.explain import Explanation, explain_problem
+from samu_tune.explanation import Explanation, explain_problem
 from samu_tune.ops.scan.problem import ScanProblem
 from samu_tune.ops.scan.tensors import ScanInputs, ScanOutput
 from samu_tune.ops.scan.validation import validate
 from samu_tune.library import disable_dynamo, is_compiling
+from samu_tune.problem import problem_types
 from samu_tune.registry import Strategy
 from samu_tune.settings import settings
 
@@ -131,7 +132,7 @@ def explain(*args, strategy: StrategyArg = "auto", policy: Optional[str] = None,
             **kwargs) -> Explanation:
     """Explain dispatch for ``explain(problem)`` (of any op: a :class:`ScanProblem`, a
     ``DecodeProblem``, ...) or ``explain(<the arguments of scan>)``; never tunes."""
-    if len(args) == 1 and not kwargs and isinstance(args[0], BaseModel):
+    if len(args) == 1 and not kwargs and isinstance(args[0], tuple(problem_types().values())):
         return explain_problem(args[0], strategy=strategy, policy=policy)
     inputs = validate(*args, **kwargs)
     return explain_problem(problem_of(inputs), strategy=strategy, policy=policy,

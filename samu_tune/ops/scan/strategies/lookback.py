@@ -153,7 +153,7 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
     int32 head (:func:`_head_words`; zeroed here when None).  ``end`` (reverse): the
     final-state gradient pair, or (None, None) for a zero one.  ``p_ctl``, ``p_spec`` (and
     ``p_gamma``): per-program partials, or zeroed atomic accumulators when ``plan.atomic``.
-    ``gamma`` given: the SAMU layer fused (see :class:`_FusedLayer`): x = (x or d y
+    ``gamma`` given: the SAMU layer fused (see :class:`samu_tune.ops.layer.fused_autograd.FusedLayer`): x = (x or d y
     [B, L, 2M], None), o the layer output or grad x [B, L, 2M], y the states (written when
     ``save_h``), xw the layer input and p_gamma the d gamma partials (backward)."""
     if plan.window < 1:
