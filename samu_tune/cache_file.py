@@ -189,11 +189,17 @@ def _load_locked(p: Path, signature: str) -> CacheFile:
 
 
 def _write_atomic(p: Path, data: CacheFile) -> None:
+    write_text_atomic(p, data.model_dump_json(indent=1))
+
+
+def write_text_atomic(p: Path, text: str) -> None:
+    """Write ``text`` to ``p`` through a temporary file and a rename: readers see the old
+    file or the new one, never a part; the temporary file is removed on any failure."""
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=p.name + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            f.write(data.model_dump_json(indent=1))
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, p)

@@ -130,10 +130,9 @@ class Search:
             if verdict.failure is not None:
                 cand.reason = verdict.failure
                 return cand
-            if verdict.verified_on is not None and strategy.modules:
-                verified.record_pass(self.dev.signature(),
-                                     self._verification_key(strategy, config, verdict.verified_on),
-                                     verdict.seconds)
+            stored = self._verification_key(strategy, config, verdict.verified_on)
+            if stored is not None:
+                verified.record_pass(self.dev.signature(), stored, verdict.seconds)
         else:
             failure = self._verify(strategy, config, fn, cand)
             if failure is not None:
@@ -147,9 +146,7 @@ class Search:
         spec = self.spec
         vproblem = spec.verification_problem(self.problem, strategy, config, self.dev)
         cand.verified_on = vproblem.key()
-        # a strategy that lists no modules has no code identity: never read or stored
-        stored = (self._verification_key(strategy, config, vproblem.key())
-                  if strategy.modules else None)
+        stored = self._verification_key(strategy, config, vproblem.key())
         if stored is not None and verified.passed(self.dev.signature(), stored) is not None:
             cand.verified_in = "cache"
             return None
@@ -169,7 +166,12 @@ class Search:
             verified.record_pass(self.dev.signature(), stored, cand.verify_s)
         return failure
 
-    def _verification_key(self, strategy: Strategy, config: BaseModel, problem_key: str) -> str:
+    def _verification_key(self, strategy: Strategy, config: BaseModel,
+                          problem_key: Optional[str]) -> Optional[str]:
+        """The verification's key in :mod:`samu_tune.verified`; None (never read or stored)
+        without a problem key, or for a strategy that lists no modules: no code identity."""
+        if problem_key is None or not strategy.modules:
+            return None
         return verified.key(self.problem.op, strategy.key, strategy.source_hash,
                             config_json(config), problem_key, self.seed)
 

@@ -20,14 +20,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from filelock import FileLock
-
-from samu_tune.cache_file import LOCK_TIMEOUT_S, versions
+from samu_tune.cache_file import _lock, versions, write_text_atomic
 from samu_tune.settings import settings
 
 FORMAT = 1
@@ -108,18 +104,10 @@ def record_pass(signature: str, verification: str, seconds: float) -> None:
     _MEMORY[signature, verification] = seconds
     p = path(signature)
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(p) + ".lock", timeout=LOCK_TIMEOUT_S):
+        with _lock(p):
             verdicts = dict(_read(p, fresh=True))
             verdicts[verification] = {"seconds": round(seconds, 4)}
-            fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=p.name, suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w") as f:
-                    json.dump({"format": FORMAT, "verdicts": verdicts}, f)
-                os.replace(tmp, p)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+            write_text_atomic(p, json.dumps({"format": FORMAT, "verdicts": verdicts}))
             _LOADED.pop(p, None)
     except OSError:
         pass

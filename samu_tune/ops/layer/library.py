@@ -7,11 +7,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from samu_tune.library import F32 as _F32, owned, strategy_arg, strategy_string
-
 from samu_tune import autograd as _grads
-
-TABLE_COLS = 4          # the control table's columns (samu_tune.kernels.controls)
+from samu_tune.library import F32 as _F32, owned, strategy_arg, strategy_string
+from samu_tune.ops.scan.library import TABLE_COLS
 
 
 def _layer_config(x: Tensor, seg: Optional[Tensor], has_state: bool, scan_strategy: str,

@@ -11,10 +11,11 @@ from torch import Tensor
 from samu_tune.library import F32 as _F32, assume_constant, owned, strategy_arg, strategy_string
 
 from samu_tune import autograd as _grads
+from samu_tune.kernels import controls
 from samu_tune.ops.scan import api
 from samu_tune.ops.scan.tensors import ScanInputs, ScanOutput
 
-TABLE_COLS = 4          # the control table's columns (samu_tune.kernels.controls)
+TABLE_COLS = controls.TABLE_COLS.value     # the control table's columns
 
 
 def _saves_table(function, plan) -> bool:
