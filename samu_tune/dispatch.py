@@ -29,6 +29,7 @@ keys and rules; a fallback such as the scan's "without initial/final state" is t
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from typing import Any, Callable, Hashable, NamedTuple, Optional, Union
 
@@ -188,6 +189,7 @@ def _online(problem: Problem, dev: DeviceInfo, device: Optional[torch.device],
     from samu_tune.tuner import tune
     try:
         result = tune(problem, budget_s=settings().tune_budget_s,
+                      patience=settings().tune_patience,
                       device=device if problem.device == "cuda" else None)
     except NoEligibleStrategy:
         raise
@@ -279,8 +281,9 @@ def resolve(problem: Problem, strategy: StrategyArg = "auto") -> tuple[Strategy,
 
 # ---- the memo and the distributed broadcast ------------------------------------------------
 
-# key -> (settings object, registry dict, signature, cache generation or None, Decision)
-_MEMO: dict[tuple, tuple] = {}
+# key -> [settings object, registry dict, signature, cache generation or None, Decision,
+#         cache.local_changes() and time.monotonic() when the generation was last compared]
+_MEMO: dict[tuple, list] = {}
 _MEMO_MAX = 4096
 
 
@@ -328,12 +331,23 @@ def _broadcast(problem: Problem, strategy: StrategyArg, device: Optional[torch.d
 
 
 def _memo_hit(memo_key: tuple, s) -> Optional[Decision]:
-    """The memoized decision, unless the settings, registry or cache changed since."""
+    """The memoized decision, unless the settings, registry or cache changed since.  The
+    cache's files are looked at (:func:`samu_tune.cache.generation`) at most every
+    ``cache.RELOAD_CHECK_S`` seconds, as the cache itself re-reads them, or when this process
+    changed its index: a hit otherwise costs a clock read."""
     hit = _MEMO.get(memo_key)
-    if hit is not None and hit[0] is s and hit[1] is registry._REGISTRY and (
-            hit[3] is None or hit[3] == cache.generation(hit[2])):
+    if hit is None or hit[0] is not s or hit[1] is not registry._REGISTRY:
+        return None
+    if hit[3] is None:
         return hit[4]
-    return None
+    now = time.monotonic()
+    changes = cache.local_changes()
+    if changes == hit[5] and now - hit[6] < cache.RELOAD_CHECK_S:
+        return hit[4]
+    if hit[3] != cache.generation(hit[2]):
+        return None
+    hit[5], hit[6] = cache.local_changes(), now
+    return hit[4]
 
 
 def decide(call_key: Hashable, problem: Callable[[], Problem], device: Optional[torch.device],
@@ -375,6 +389,7 @@ def _decide_miss(memo_key: Optional[tuple], problem: Problem, device: Optional[t
         sig = _signature(problem, device).signature()
         # a forced or broadcast decision does not depend on the cache file
         stable = strategy != "auto" or (broadcast and _distributed())
-        _MEMO[memo_key] = (s, registry._REGISTRY, sig,
-                           None if stable else cache.generation(sig), decision)
+        _MEMO[memo_key] = [s, registry._REGISTRY, sig,
+                           None if stable else cache.generation(sig), decision,
+                           cache.local_changes(), time.monotonic()]
     return decision

@@ -1,9 +1,17 @@
 """The tuner's evaluation of candidates (:class:`Search`): verify each (strategy, config) on its
 op's verification problem (here or by a compile-pool worker), time it at the real shape, keep
 every result, stop at the budget, and re-time the best interleaved.  The order in which
-candidates are asked for is the tuner's (:mod:`samu_tune.tuner`)."""
+candidates are asked for is the tuner's (:mod:`samu_tune.tuner`).
+
+With ``patience``, the search also stops ("converged") after that many refinement candidates
+in a row none of which beat the best time so far by more than ``min_gain``: on the H200 the
+searches that start from the known winners of nearby shapes find their pick among the first
+candidates (docs/performance.md), and each further candidate costs a compile and a
+verification (about a second cold).
+"""
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Callable, Optional
 
@@ -15,6 +23,10 @@ from samu_tune.device import DeviceInfo
 from samu_tune.problem import Problem
 from samu_tune.registry import Strategy
 from samu_tune.results import Candidate, Phase, ProgressFn, TuneEvent, candidate_name, config_json
+
+
+# a refinement candidate "improves" when it beats the best time so far by more than this
+MIN_GAIN = 0.01
 
 
 def _reason(where: str, exc: BaseException) -> str:
@@ -35,7 +47,8 @@ class Search:
     def __init__(self, problem: Problem, dev: DeviceInfo, torch_device: torch.device, *,
                  seed: int, budget_s: Optional[float], max_configs: Optional[int],
                  reps: Optional[int], progress: Optional[ProgressFn],
-                 max_workspace_bytes: Optional[int], pool=None):
+                 max_workspace_bytes: Optional[int], pool=None,
+                 patience: Optional[int] = None, min_gain: float = MIN_GAIN):
         self.problem, self.dev, self.device = problem, dev, torch_device
         self.pool = pool     # CompilePool: candidates compiled and verified ahead, or None
         self.spec = opspec.of(problem)
@@ -49,6 +62,10 @@ class Search:
         self._verify_inputs: dict[Problem, tuple[Any, Any]] = {}  # inputs, reference result
         self._step: Optional[timing.PoolStep] = None
         self._fns: dict[tuple[str, str], Callable] = {}
+        # convergence: refinement candidates since the best time last fell by > min_gain
+        self.patience, self.min_gain = patience, min_gain
+        self.best_ms = math.inf
+        self.stale = 0
 
     # -- bookkeeping ------------------------------------------------------------------------
     def elapsed(self) -> float:
@@ -59,6 +76,8 @@ class Search:
             return "max_configs"
         if self.budget_s is not None and self.elapsed() >= self.budget_s and self.order:
             return "budget_s"
+        if self.patience is not None and self.stale >= self.patience:
+            return "converged"
         return None
 
     def left(self) -> Optional[int]:
@@ -100,10 +119,21 @@ class Search:
         cand.wall_s = time.monotonic() - t0
         self.done[key] = cand
         self.order.append(cand)
+        self._track(cand, phase)
         self.emit(event="finish", phase=phase, candidate=name, strategy=strategy.name,
                   config=cfg, index=index, total=total, status=cand.status,
                   time_ms=cand.time_ms, reason=cand.reason)
         return cand
+
+    def _track(self, cand: Candidate, phase: Phase) -> None:
+        """Count the refinement candidates that do not beat the best time so far by more than
+        ``min_gain`` (a failed one counts too); priors and screens never count."""
+        t = cand.time_ms if cand.status == "ok" and cand.time_ms is not None else math.inf
+        if t < self.best_ms * (1.0 - self.min_gain):
+            self.stale = 0
+        elif phase == "refine":
+            self.stale += 1
+        self.best_ms = min(self.best_ms, t)
 
     def _evaluate(self, strategy: Strategy, config: BaseModel, phase: Phase) -> Candidate:
         cand = Candidate(strategy=strategy.name, config=config_json(config), phase=phase,

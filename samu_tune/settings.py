@@ -26,6 +26,9 @@ class Settings(BaseModel):
         False, description="also check that the spectrum is finite (one device sync per call)")
     tune_budget_s: float = Field(
         25.0, gt=0, description="time budget of one online tuning (a new shape tunes in < 30 s)")
+    tune_patience: int = Field(
+        6, ge=1, description="a tuning's search stops after this many refinement candidates in "
+        "a row without a gain of more than 1% (profile --exhaustive times everything)")
     compile_workers: Optional[int] = Field(
         None, ge=0, description="worker processes compiling and verifying tuning candidates "
         "ahead of timing (default none; see samu_tune.compile_pool)")

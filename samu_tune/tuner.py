@@ -120,7 +120,8 @@ def tune(problem: Problem, mode: Optional[Literal["train", "forward"]] = None, *
          prior_top: int = 5, refine_top: int = 2, retime_top: int = 3, retime_rounds: Optional[int] = None,
          reps: Optional[int] = None, seed: int = 0, progress: Optional[ProgressFn] = None,
          device: torch.device | str | None = None, max_workspace_bytes: Optional[int] = None,
-         save: bool = False, compile_workers: Optional[int] = None) -> TuneResult:
+         save: bool = False, compile_workers: Optional[int] = None,
+         patience: Optional[int] = None) -> TuneResult:
     """Find the fastest correct (strategy, config) for ``problem`` (a :class:`ScanProblem`, a
     :class:`DecodeProblem`: any op with a spec in :mod:`samu_tune.opspec`).
 
@@ -140,6 +141,9 @@ def tune(problem: Problem, mode: Optional[Literal["train", "forward"]] = None, *
     ``compile_workers``: processes compiling and verifying candidates ahead of timing
     (:mod:`samu_tune.compile_pool`; default ``SAMU_TUNE_COMPILE_WORKERS``, else none;
     :func:`samu_tune.compile_pool.suggested_workers` gives a size for a machine).
+    ``patience``: stop refining after that many candidates in a row without a gain of more
+    than 1% over the best so far (:class:`samu_tune.evaluate.Search`; ignored when
+    ``exhaustive``).
     """
     fields = type(problem).model_fields
     if mode is not None:
@@ -176,7 +180,8 @@ def tune(problem: Problem, mode: Optional[Literal["train", "forward"]] = None, *
                      max_configs=max_configs, reps=reps, progress=progress,
                      max_workspace_bytes=max_workspace_bytes,
                      pool=_compile_pool(problem, torch_device, seed, compile_workers,
-                                        sum(len(v) for v in spaces.values())))
+                                        sum(len(v) for v in spaces.values())),
+                     patience=None if exhaustive else patience)
     try:
         _search(search, problem, dev, runnable, spaces, skipped, exhaustive=exhaustive,
                 prior_top=prior_top, refine_top=refine_top)

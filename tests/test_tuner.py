@@ -131,6 +131,25 @@ def test_refine_finds_the_exhaustive_optimum_with_fewer_configs(env, clock):
     assert finish[0].candidate == "grid[a=0,b=0,c=0]" and finish[0].time_ms == pytest.approx(4.0)
 
 
+def test_patience_stops_refining_once_nothing_gains(env, clock):
+    # a flat space: the screen's default is as good as it gets, every refinement ties
+    env.add(fake("flat3", lambda cfg: 2.0, config_model=Grid3Config))
+    result = samu_tune.tune(FWD, strategies=["flat3"], reps=1, patience=3)
+    assert result.stopped == "converged"
+    assert [c.phase for c in result.candidates] == ["screen", "refine", "refine", "refine"]
+    unlimited = samu_tune.tune(FWD, strategies=["flat3"], reps=1)
+    assert unlimited.stopped is None and len(unlimited.candidates) > 4
+    # a gain of more than 1% resets the count: the descent still reaches the optimum
+    env.add(fake("grid3", grid3_cost, config_model=Grid3Config))
+    found = samu_tune.tune(FWD, strategies=["grid3"], reps=1, patience=3)
+    assert found.winner.config == {"a": 2, "b": 1, "c": 1}
+    full = samu_tune.tune(FWD, strategies=["grid3"], reps=1)
+    assert len(found.candidates) < len(full.candidates)
+    # exhaustive ignores it
+    every = samu_tune.tune(FWD, strategies=["flat3"], reps=1, patience=1, exhaustive=True)
+    assert every.stopped is None and len(every.candidates) == 36
+
+
 def test_refine_tries_two_fields_at_once(env, clock):
     env.add(fake("coupled", coupled_cost, config_model=GridConfig))
     result = samu_tune.tune(FWD, strategies=["coupled"], reps=1)

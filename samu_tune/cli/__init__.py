@@ -58,8 +58,12 @@ def _profile_parser(sub) -> None:
                    help="per shape: no new candidate starts after this many seconds (default "
                         f"on a GPU: {profile.DEFAULT_BUDGET_S:.0f}, the known winners of nearby "
                         "shapes timed first; none on the CPU)")
+    p.add_argument("--patience", type=_positive_int, metavar="N",
+                   help="per shape: stop refining after N candidates in a row without a gain "
+                        "of more than 1%% (default SAMU_TUNE_TUNE_PATIENCE, 6)")
     p.add_argument("--exhaustive", action="store_true",
-                   help="time every config of every eligible strategy, without a budget "
+                   help="time every config of every eligible strategy, without a budget or "
+                        "patience "
                         "(minutes a shape on a cold machine; to check what the budgeted "
                         "search picks)")
     p.add_argument("--max-configs", type=_positive_int, metavar="N",

@@ -33,9 +33,10 @@ from samu_tune.cli.progress import ProfileProgress
 from samu_tune.cli.rows import ProfileRow
 from samu_tune.cli.shapes import load_shapes
 
-# per-shape budget on a GPU: the search times the known winners of nearby shapes first (the
-# shipped table and the user cache), then screens and refines until the budget is spent
-DEFAULT_BUDGET_S = 60.0
+# per-shape cap on a GPU: the search times the known winners of nearby shapes first (the
+# shipped table and the user cache), then screens and refines until it converges (the
+# settings' tune_patience) or this many seconds have passed
+DEFAULT_BUDGET_S = 45.0
 
 # --quick: a smoke run (scripts/run on the CPU): few candidates, few samples each
 QUICK_MAX_CONFIGS = 4
@@ -240,6 +241,7 @@ def run(args: argparse.Namespace) -> int:
                 result = tune(problem, strategies=_for_op(names, problem.op),
                               budget_s=budget, exhaustive=getattr(args, "exhaustive", False),
                               max_configs=max_configs, reps=reps,
+                              patience=getattr(args, "patience", None) or settings().tune_patience,
                               retime_rounds=reps, progress=progress.event)
                 if result.winner is not None:
                     if world == 1:

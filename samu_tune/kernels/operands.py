@@ -79,18 +79,25 @@ def layer_operands(pd, rd, pa, ra, nu_log, dirs, scales, gamma, K1, M, inv_sqrt_
 
 
 @triton.jit
-def layer_operands_backward(pd, rd, pa, ra, nu_log, g_dirs, g_scales, g_gamma, g_pd, g_rd,
-                            g_pa, g_ra, g_nu, K1, M, inv_sqrt_m, BLOCK: tl.constexpr):
-    """The parameters' gradients from those of dirs, scales and gamma (module docstring)."""
+def layer_operands_backward(pd, rd, pa, ra, nu_log, g_dirs, dirs_stride, g_scales,
+                            scales_stride, g_gamma, g_nu_in, g_pd, g_rd, g_pa, g_ra, g_nu, K1, M,
+                            inv_sqrt_m, BLOCK: tl.constexpr, HAS_NU_IN: tl.constexpr):
+    """The parameters' gradients from those of dirs ([2, K1], rows ``dirs_stride`` apart),
+    scales ([2], ``scales_stride`` apart) and gamma (module docstring); ``HAS_NU_IN``: plus
+    ``g_nu_in`` [M], nu_log's gradient through the scan (one sum, no add kernel after)."""
     pid = tl.program_id(0)
     if pid == 0:
         _unit_backward(pd, g_dirs, g_pd, pa, g_scales, g_pa, K1, inv_sqrt_m, BLOCK)
     elif pid == 1:
-        _unit_backward(rd, g_dirs + K1, g_rd, ra, g_scales + 1, g_ra, K1, inv_sqrt_m, BLOCK)
+        _unit_backward(rd, g_dirs + dirs_stride, g_rd, ra, g_scales + scales_stride, g_ra, K1,
+                       inv_sqrt_m, BLOCK)
     else:
         offs = (pid - 2) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < M
         nu = tl.exp(tl.load(nu_log + offs, mask=mask, other=0.0))
         e = tl.exp(-2.0 * nu)
         g = tl.load(g_gamma + offs, mask=mask, other=0.0)
-        tl.store(g_nu + offs, g * nu * e / tl.sqrt(1.0 - e), mask=mask)
+        out = g * nu * e / tl.sqrt(1.0 - e)
+        if HAS_NU_IN:
+            out += tl.load(g_nu_in + offs, mask=mask, other=0.0)
+        tl.store(g_nu + offs, out, mask=mask)

@@ -185,13 +185,16 @@ def forward(x: torch.Tensor, params: SAMUParams, state: Optional[State] = None,
     cfg = config_for(x, segment_pos, state is not None, scan_strategy, grad)
     if cfg is None:
         return None
-    # the controller's operands and gamma in torch ([2, 2M+1], [2], [M]); the controls
-    # themselves come from its kernels
-    if operands_cache is not None and not grad:
+    h0, seg = kernel_state(state, segment_pos)
+    if grad:
+        # the operands kernel inside the layer's one autograd Function
+        return fused_autograd.fused_layer_params(
+            x.contiguous(), *(p.contiguous() for p in params), cfg, seg=seg, h0=h0)
+    # the controller's operands and gamma ([2, 2M+1], [2], [M]), kept between no-grad calls
+    if operands_cache is not None:
         dirs, scales, gamma = operands_cache.get(params)
     else:
         dirs, scales, gamma = operands(params)
-    h0, seg = kernel_state(state, segment_pos)
     return fused_autograd.fused_layer(
         x.contiguous(), dirs, scales, gamma, params.nu_log.contiguous(),
         params.theta_log.contiguous(), cfg, seg=seg, h0=h0)

@@ -8,6 +8,7 @@ import torch
 
 from samu_tune import autograd as _grads
 from samu_tune.ops.scan import controls as controller
+from samu_tune.ops.layer import operands as operand_kernels
 from samu_tune.ops.scan.strategies import lookback as lb
 
 
@@ -34,58 +35,115 @@ class FusedLayer(torch.autograd.Function):
     @staticmethod
     def forward(ctx, plan: lb.LookbackPlan, seg, dirs, scales, nu_log, theta_log, x, gamma, h0_r,
                 h0_i):
-        B, L, width = x.shape
-        M = width // 2
-        c = controller.forward(x, dirs, scales, table=True, seg=seg)
-        y = torch.empty_like(x)
-        last_r, last_i = _grads.pair(ctx, B, M, dtype=torch.float32, device=x.device)
-        save = _grads.training(ctx)
-        h_r, h_i = (_grads.pair(ctx, B, L, M, dtype=x.dtype, device=x.device) if save
-                    else (None, None))
-        # an operator's backward zeroes its own buffers (ctx.separate)
-        work = lb._Zeroed.of(plan, B, L, M, x.device, save and not getattr(ctx, "separate", False),
-                          fused=True)
-        lb._launch(plan, False, B, L, M, eta=c.eta, delta=c.delta, nu_log=nu_log,
-                theta_log=theta_log, seg=seg, x=(x, None), h0=(h0_r, h0_i), y=(h_r, h_i),
-                end=(last_r, last_i), ctl=c.table, gamma=gamma, o=y, save_h=save,
-                sync=work.fwd_sync)
-        ctx.plan = plan
-        ctx.dtypes = _grads.dtypes(h0_r, h0_i)
-        ctx.work = work
-        # an unused output's gradient stays None: no zero-filled buffers for the final state
-        ctx.set_materialize_grads(False)
-        ctx.save_for_backward(seg, dirs, scales, c.eta, c.delta, c.s, nu_log, theta_log, x,
-                              gamma, h0_r, h0_i, h_r, h_i, c.table)
+        y, last_r, last_i, saved = _forward(ctx, plan, seg, dirs, scales, nu_log, theta_log, x,
+                                            gamma, h0_r, h0_i)
+        ctx.save_for_backward(*saved)
         return y, last_r, last_i
 
     @staticmethod
     def backward(ctx, d_y, d_last_r, d_last_i):
-        (seg, dirs, scales, eta, delta, s, nu_log, theta_log, x, gamma, h0_r, h0_i, h_r, h_i,
-         ctl) = ctx.saved_tensors
-        plan: lb.LookbackPlan = ctx.plan
-        B, L, width = x.shape
-        M = width // 2
-        dev = x.device
-        # materialisation off: a gradient of an output the loss does not use is None
-        d_y = torch.zeros_like(x) if d_y is None else d_y.contiguous()
-        d_last = lb._last_grad(d_last_r, d_last_i)
-        grad_x = torch.empty_like(x)
-        gh0 = (_grads.Stacked.empty(B, M, dtype=torch.float32, device=dev)
-               if h0_r is not None else (None, None))
-        work = lb._backward_work(ctx, plan, B, L, M, dev, fused=True)
-        g_ctl, g_spec, g_gamma = lb._grad_buffers(plan, work, B, L, M, dev, fused=True)
-        lb._launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
-                seg=seg, x=(d_y, None), h0=(h0_r, h0_i), y=(h_r, h_i), end=d_last,
-                gh0=gh0, p_ctl=g_ctl, p_spec=g_spec, ctl=ctl, gamma=gamma, o=grad_x, xw=x,
-                p_gamma=g_gamma, sync=work.bwd_sync)
-        d_eta, d_delta, g_nu, g_theta = lb._reduced(plan, g_ctl, g_spec)
-        # the controller's grad x added into the scan's (grad_x is written in place)
-        _, g_dirs, g_scales = controller.backward(x, dirs, scales, s, d_eta.contiguous(),
-                                                  d_delta.contiguous(), grad_x)
-        return _grads.input_grads((g_dirs, g_scales, g_nu, g_theta),
-                                  (dirs, scales, nu_log, theta_log),
-                                  (grad_x, g_gamma if plan.atomic else g_gamma.sum(dim=(0, 1))),
-                                  gh0, ctx.dtypes)
+        g_dirs, g_scales, g_nu, g_theta, grad_x, g_gamma, gh0 = _backward(
+            ctx, ctx.saved_tensors, d_y, d_last_r, d_last_i)
+        return (None, None, g_dirs, g_scales, g_nu, g_theta, grad_x, g_gamma,
+                *_cast(gh0, ctx.dtypes))
+
+
+class FusedLayerParams(torch.autograd.Function):
+    """:class:`FusedLayer` from the raw parameters: the operands kernel (unit directions,
+    amplitude scales, gamma: :mod:`samu_tune.ops.layer.operands`) runs inside this Function's
+    forward and its backward kernel inside its backward, which also adds nu_log's gradient
+    through the scan into that through gamma.  One autograd node per layer call instead of
+    two, and no add or copy launches between them (the eager training path).
+
+    Inputs: plan, seg, the phase and radial directions [2M + 1], amplitudes (0-d), nu_log,
+    theta_log [M] (all fp32 contiguous), x [B, L, 2M], h0 pair or None; outputs as
+    :class:`FusedLayer`."""
+
+    @staticmethod
+    def forward(ctx, plan: lb.LookbackPlan, seg, pd, rd, pa, ra, nu_log, theta_log, x, h0_r,
+                h0_i):
+        dirs, scales, gamma = operand_kernels.compute(pd, rd, pa, ra, nu_log)
+        y, last_r, last_i, saved = _forward(ctx, plan, seg, dirs, scales, nu_log, theta_log, x,
+                                            gamma, h0_r, h0_i)
+        ctx.save_for_backward(*saved, pd, rd, pa, ra)
+        return y, last_r, last_i
+
+    @staticmethod
+    def backward(ctx, d_y, d_last_r, d_last_i):
+        saved = ctx.saved_tensors
+        g_dirs, g_scales, g_nu, g_theta, grad_x, g_gamma, gh0 = _backward(
+            ctx, saved[:_SAVED], d_y, d_last_r, d_last_i)
+        nu_log = saved[6]
+        g_pd, g_rd, g_pa, g_ra, g_nu = operand_kernels.backward(
+            *saved[_SAVED:], nu_log, g_dirs, g_scales, g_gamma, g_nu.contiguous())
+        return (None, None, g_pd, g_rd, g_pa, g_ra, g_nu, g_theta, grad_x,
+                *_cast(gh0, ctx.dtypes))
+
+
+# the tensors _forward saves, in order
+_SAVED = 15
+
+
+def _forward(ctx, plan: lb.LookbackPlan, seg, dirs, scales, nu_log, theta_log, x, gamma, h0_r,
+             h0_i):
+    """The layer forward's launches: (y, last_r, last_i, the tensors backward reads)."""
+    B, L, width = x.shape
+    M = width // 2
+    c = controller.forward(x, dirs, scales, table=True, seg=seg)
+    y = torch.empty_like(x)
+    last_r, last_i = _grads.pair(ctx, B, M, dtype=torch.float32, device=x.device)
+    save = _grads.training(ctx)
+    h_r, h_i = (_grads.pair(ctx, B, L, M, dtype=x.dtype, device=x.device) if save
+                else (None, None))
+    # an operator's backward zeroes its own buffers (ctx.separate)
+    work = lb._Zeroed.of(plan, B, L, M, x.device, save and not getattr(ctx, "separate", False),
+                         fused=True)
+    lb._launch(plan, False, B, L, M, eta=c.eta, delta=c.delta, nu_log=nu_log,
+               theta_log=theta_log, seg=seg, x=(x, None), h0=(h0_r, h0_i), y=(h_r, h_i),
+               end=(last_r, last_i), ctl=c.table, gamma=gamma, o=y, save_h=save,
+               sync=work.fwd_sync)
+    ctx.plan = plan
+    ctx.dtypes = _grads.dtypes(h0_r, h0_i)
+    ctx.work = work
+    # an unused output's gradient stays None: no zero-filled buffers for the final state
+    ctx.set_materialize_grads(False)
+    return y, last_r, last_i, (seg, dirs, scales, c.eta, c.delta, c.s, nu_log, theta_log, x,
+                               gamma, h0_r, h0_i, h_r, h_i, c.table)
+
+
+def _backward(ctx, saved, d_y, d_last_r, d_last_i):
+    """The layer backward's launches from :func:`_forward`'s saved tensors: fp32 (grad dirs,
+    grad scales, grad nu_log through the scan, grad theta_log), grad x, grad gamma, and the
+    grad h0 pair (fp32, or Nones)."""
+    (seg, dirs, scales, eta, delta, s, nu_log, theta_log, x, gamma, h0_r, h0_i, h_r, h_i,
+     ctl) = saved
+    plan: lb.LookbackPlan = ctx.plan
+    B, L, width = x.shape
+    M = width // 2
+    dev = x.device
+    # materialisation off: a gradient of an output the loss does not use is None
+    d_y = torch.zeros_like(x) if d_y is None else d_y.contiguous()
+    d_last = lb._last_grad(d_last_r, d_last_i)
+    grad_x = torch.empty_like(x)
+    gh0 = (_grads.Stacked.empty(B, M, dtype=torch.float32, device=dev)
+           if h0_r is not None else (None, None))
+    work = lb._backward_work(ctx, plan, B, L, M, dev, fused=True)
+    g_ctl, g_spec, g_gamma = lb._grad_buffers(plan, work, B, L, M, dev, fused=True)
+    lb._launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
+               seg=seg, x=(d_y, None), h0=(h0_r, h0_i), y=(h_r, h_i), end=d_last,
+               gh0=gh0, p_ctl=g_ctl, p_spec=g_spec, ctl=ctl, gamma=gamma, o=grad_x, xw=x,
+               p_gamma=g_gamma, sync=work.bwd_sync)
+    d_eta, d_delta, g_nu, g_theta = lb._reduced(plan, g_ctl, g_spec)
+    # the controller's grad x added into the scan's (grad_x is written in place)
+    _, g_dirs, g_scales = controller.backward(x, dirs, scales, s, d_eta.contiguous(),
+                                              d_delta.contiguous(), grad_x)
+    return (g_dirs, g_scales, g_nu, g_theta, grad_x,
+            g_gamma if plan.atomic else g_gamma.sum(dim=(0, 1)), gh0)
+
+
+def _cast(gh0, h0_dtypes) -> tuple:
+    """The grad h0 pair cast to h0's dtypes (Nones without an initial state)."""
+    return tuple(None if g is None else g.to(d) for g, d in zip(gh0, h0_dtypes, strict=True))
 
 
 def fused_layer(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, gamma: torch.Tensor,
@@ -97,22 +155,49 @@ def fused_layer(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, gamma
     (:class:`FusedLayer`), differentiable in x, dirs, scales, gamma, nu_log, theta_log and
     h0.  All inputs contiguous, parameters fp32; ``cfg`` must be loop-inner (the tile path has
     no fused I/O).  Returns (y, final state).  ValueError on a config that is not a loop-inner
-    :class:`~samu_tune.ops.scan.strategies.lookback.LookbackConfig` or on inputs of other shapes, dtypes or devices (the kernels index
-    them unchecked; dirs, scales and x are checked by the controller's binding)."""
+    :class:`~samu_tune.ops.scan.strategies.lookback.LookbackConfig` or on inputs of other
+    shapes, dtypes or devices (the kernels index them unchecked; dirs, scales and x are
+    checked by the controller's binding)."""
+    _check(x, cfg, (("gamma", gamma), ("nu_log", nu_log), ("theta_log", theta_log)), seg, h0)
+    h0_r, h0_i = h0 if h0 is not None else (None, None)
+    y, last_r, last_i = _grads.apply(FusedLayer, lb.LookbackPlan.of(cfg), seg, dirs, scales,
+                                     nu_log, theta_log, x, gamma, h0_r, h0_i)
+    return y, (last_r, last_i)
+
+
+def fused_layer_params(x: torch.Tensor, pd: torch.Tensor, rd: torch.Tensor, pa: torch.Tensor,
+                       ra: torch.Tensor, nu_log: torch.Tensor, theta_log: torch.Tensor,
+                       cfg: lb.LookbackConfig, *, seg: Optional[torch.Tensor] = None,
+                       h0: Optional[tuple[torch.Tensor, torch.Tensor]] = None
+                       ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`fused_layer` from the raw parameters (:class:`FusedLayerParams`): directions
+    pd, rd [2M + 1], amplitudes pa, ra (0-d), nu_log, theta_log [M], all fp32 contiguous on
+    x's device; differentiable in x, the parameters and h0."""
+    B, L, width = x.shape if x.dim() == 3 else (0, 0, 0)
+    _check(x, cfg, (("nu_log", nu_log), ("theta_log", theta_log)), seg, h0)
+    for what, t, shape in (("phase direction", pd, (width + 1,)),
+                           ("radial direction", rd, (width + 1,)),
+                           ("phase amplitude", pa, ()), ("radial amplitude", ra, ())):
+        controller.check_tensor("fused SAMU layer", what, t, shape, torch.float32, x.device)
+    h0_r, h0_i = h0 if h0 is not None else (None, None)
+    y, last_r, last_i = _grads.apply(FusedLayerParams, lb.LookbackPlan.of(cfg), seg, pd, rd,
+                                     pa, ra, nu_log, theta_log, x, h0_r, h0_i)
+    return y, (last_r, last_i)
+
+
+def _check(x: torch.Tensor, cfg, per_mode, seg: Optional[torch.Tensor], h0) -> None:
+    """ValueError unless ``cfg`` is a loop-inner look-back config, x is [B, L, 2M], each of
+    ``per_mode`` ((name, tensor) pairs) fp32 [M] and seg, h0 fit x."""
     if not isinstance(cfg, lb.LookbackConfig) or cfg.inner != "loop":
         raise ValueError(f"the fused SAMU layer needs a loop-inner LookbackConfig, got {cfg!r}")
     if x.dim() != 3 or x.shape[-1] % 2:
         raise ValueError(f"fused SAMU layer: x must be [B, L, 2M], got {list(x.shape)}")
     B, L, width = x.shape
     dev, f32 = x.device, torch.float32
-    for what, t in (("gamma", gamma), ("nu_log", nu_log), ("theta_log", theta_log)):
+    for what, t in per_mode:
         controller.check_tensor("fused SAMU layer", what, t, (width // 2,), f32, dev)
     for what, t in zip(("h0[0]", "h0[1]"), h0 or ()):
         controller.check_tensor("fused SAMU layer", what, t, (B, width // 2), f32, dev)
     if seg is not None and (tuple(seg.shape) != (B, L) or seg.is_floating_point()):
         raise ValueError(f"fused SAMU layer: seg must be integers [B, L] = {[B, L]}, got "
                          f"{list(seg.shape)} {seg.dtype}")
-    h0_r, h0_i = h0 if h0 is not None else (None, None)
-    y, last_r, last_i = _grads.apply(FusedLayer, lb.LookbackPlan.of(cfg), seg, dirs, scales,
-                                     nu_log, theta_log, x, gamma, h0_r, h0_i)
-    return y, (last_r, last_i)

@@ -156,29 +156,41 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
     ``gamma`` given: the SAMU layer fused (see :class:`samu_tune.ops.layer.fused_autograd.FusedLayer`): x = (x or d y
     [B, L, 2M], None), o the layer output or grad x [B, L, 2M], y the states (written when
     ``save_h``), xw the layer input and p_gamma the d gamma partials (backward)."""
-    if plan.window < 1:
-        raise ValueError(f"window must be >= 1, got {plan.window}")
     if plan.loop and ctl is None:
         raise ValueError("a loop-inner look-back launch needs its control table")
-    nmt = n_mode_tiles(M, plan.block_m)
-    nch = n_chunks(L, plan.chunk * plan.sub)
-    slots = B * nmt * nch
+    slots, carry_words, nmt, nch, kwargs = _launch_spec(
+        plan, reverse, B, L, M, seg is not None, h0[0] is not None, gamma is not None, save_h,
+        end[0] is not None, make_table)
     dev = x[0].device
     # the summaries are fp32, never read before written: no fill
-    carry = torch.empty(_carry_words(B, L, M, plan), dtype=torch.float32, device=dev)
+    carry = torch.empty(carry_words, dtype=torch.float32, device=dev)
     if sync is None:
         sync = torch.zeros(_head_words(B, L, M, plan), dtype=torch.int32, device=dev)
     _scan_kernel[(slots,)](
         sync, carry, eta, delta, nu_log, theta_log, seg, ctl, gamma, o, xw, p_gamma, x[0], x[1],
         h0[0], h0[1], y[0], y[1], end[0], end[1], gx[0], gx[1], gh0[0], gh0[1], p_ctl[0],
         p_ctl[1], p_spec[0], p_spec[1],
-        B, L, M, nmt, nch, plan.window,
-        HAS_RESETS=seg is not None, HAS_H0=h0[0] is not None, REVERSE=reverse,
+        B, L, M, nmt, nch, plan.window, **kwargs)
+
+
+@functools.lru_cache(maxsize=4096)
+def _launch_spec(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, resets: bool,
+                 has_h0: bool, fused: bool, save_h: bool, has_end: bool, make_table: bool):
+    """(programs, summary words, mode tiles, chunks, the kernel's keywords) of one look-back
+    launch, memoized per call signature: a repeated call reuses them (the keywords are
+    passed, never changed)."""
+    if plan.window < 1:
+        raise ValueError(f"window must be >= 1, got {plan.window}")
+    nmt = n_mode_tiles(M, plan.block_m)
+    nch = n_chunks(L, plan.chunk * plan.sub)
+    kernel = dict(
+        HAS_RESETS=resets, HAS_H0=has_h0, REVERSE=reverse,
         DECOUPLED=plan.decoupled, CHUNK=plan.chunk, BLOCK_M=plan.block_m, SUB=plan.sub,
-        LOOP=plan.loop, M_ALIGN=m_align(plan, M), FUSED=gamma is not None, SAVE_H=save_h,
+        LOOP=plan.loop, M_ALIGN=m_align(plan, M), FUSED=fused, SAVE_H=save_h,
         ROWS=plan.rows, WIDTH=plan.width, REBASE=plan.rebase(reverse),
-        STAGES=plan.stages, HAS_END=end[0] is not None, ATOMIC=reverse and plan.atomic,
+        STAGES=plan.stages, HAS_END=has_end, ATOMIC=reverse and plan.atomic,
         MAKE_TABLE=make_table, num_warps=plan.num_warps, **LAUNCH_OPTIONS)
+    return B * nmt * nch, _carry_words(B, L, M, plan), nmt, nch, kernel
 
 
 class _Zeroed:
@@ -218,8 +230,10 @@ class _Zeroed:
             acc = zeroed.view(torch.float32)     # offsets below count from its storage's start
             at = zeroed.storage_offset() + 2 * head
             ctl_w, m_w = _words16(B * L), _words16(M)
-            out.g_ctl = acc.as_strided((2, B, L), (ctl_w, L, 1), at).unbind(0)
-            out.g_spec = acc.as_strided((2, M), (m_w, 1), at + 2 * ctl_w).unbind(0)
+            out.g_ctl = (acc.as_strided((B, L), (L, 1), at),
+                         acc.as_strided((B, L), (L, 1), at + ctl_w))
+            out.g_spec = (acc.as_strided((M,), (1,), at + 2 * ctl_w),
+                          acc.as_strided((M,), (1,), at + 2 * ctl_w + m_w))
             if fused:
                 out.g_gamma = acc.as_strided((M,), (1,), at + 2 * ctl_w + 2 * m_w)
         return out
