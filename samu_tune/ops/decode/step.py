@@ -245,8 +245,9 @@ def launch_plan(name: str, cfg: DecodeConfig, B: int, M: int, has_state: bool) -
     (programs, B), one program per row (single) or per BLOCK_M mode tile (blocked)."""
     tiles = intmath.cdiv(M, cfg.block_m)
     per_program = tiles if name == "single" else 1
+    # the launch's keywords, the launch options included: one dict per plan, not per call
     meta = dict(HAS_STATE=has_state, BLOCK_D=cfg.block_d, BLOCK_M=cfg.block_m,
-                num_warps=cfg.num_warps)
+                num_warps=cfg.num_warps, **LAUNCH_OPTIONS)
     return _Plan(name, M, (intmath.cdiv(tiles, per_program), B), per_program, meta)
 
 
@@ -437,7 +438,7 @@ def _launch(plan: _Plan, x: torch.Tensor, consts: torch.Tensor, state: Optional[
                             else s.to(torch.float32).contiguous() for s in state)
     _step_kernel[plan.grid](
         x, consts, state_r, state_i, out, state_out[0], state_out[1], M,
-        plan.tiles_per_program, **plan.meta, **LAUNCH_OPTIONS)
+        plan.tiles_per_program, **plan.meta)
     return out, tuple(state_out)
 
 
