@@ -198,22 +198,16 @@ class _Table:
             by_feature.setdefault(p.feature_key(), []).append((p.coords(), entry))
         self.by_feature = by_feature
         self.generation = next(_GENERATIONS)
-        _changed()
+        _CHANGES[0] += 1
 
 
 _GENERATIONS = itertools.count(1)
-# bumped whenever this process re-indexes or forgets a table (its own writes included)
-_CHANGES = [0]
-
-
-def _changed() -> None:
-    _CHANGES[0] += 1
+_CHANGES = [0]      # this process's index changes: writes, reloads, invalidate()
 
 
 def local_changes() -> int:
-    """A count of this process's index changes (a write, a reload, :func:`invalidate`): a
-    memo that saw the same count, less than :data:`RELOAD_CHECK_S` seconds ago, has seen
-    every change another process could have made visible by now."""
+    """A count of this process's index changes: a memo that saw the same count less than
+    :data:`RELOAD_CHECK_S` seconds ago has seen every change visible to this process."""
     return _CHANGES[0]
 _TABLES: dict[tuple[Optional[Path], str], _Table] = {}
 
@@ -246,7 +240,7 @@ def generation(signature: SignatureArg = None) -> tuple[int, int]:
 def invalidate() -> None:
     """Forget every in-memory index: the next lookup reads the files again."""
     _TABLES.clear()
-    _changed()
+    _CHANGES[0] += 1
 
 
 # ---- lookups -------------------------------------------------------------------------------
