@@ -63,8 +63,9 @@ class FusedLayerParams(torch.autograd.Function):
     def forward(ctx, plan: lb.LookbackPlan, seg, pd, rd, pa, ra, nu_log, theta_log, x, h0_r,
                 h0_i):
         dirs, scales, gamma = operand_kernels.compute(pd, rd, pa, ra, nu_log)
+        # operands built here, x and seg checked by fused_layer_params: no controller checks
         y, last_r, last_i, saved = _forward(ctx, plan, seg, dirs, scales, nu_log, theta_log, x,
-                                            gamma, h0_r, h0_i)
+                                            gamma, h0_r, h0_i, checked=False)
         ctx.save_for_backward(*saved, pd, rd, pa, ra)
         return y, last_r, last_i
 
@@ -85,11 +86,12 @@ _SAVED = 15
 
 
 def _forward(ctx, plan: lb.LookbackPlan, seg, dirs, scales, nu_log, theta_log, x, gamma, h0_r,
-             h0_i):
-    """The layer forward's launches: (y, last_r, last_i, the tensors backward reads)."""
+             h0_i, checked: bool = True):
+    """The layer forward's launches: (y, last_r, last_i, the tensors backward reads);
+    ``checked=False``: the controller's operands need no checks (here and in backward)."""
     B, L, width = x.shape
     M = width // 2
-    c = controller.forward(x, dirs, scales, table=True, seg=seg)
+    c = controller.forward(x, dirs, scales, table=True, seg=seg, checked=checked)
     y = torch.empty_like(x)
     last_r, last_i = _grads.pair(ctx, B, M, dtype=torch.float32, device=x.device)
     save = _grads.training(ctx)
@@ -105,6 +107,7 @@ def _forward(ctx, plan: lb.LookbackPlan, seg, dirs, scales, nu_log, theta_log, x
     ctx.plan = plan
     ctx.dtypes = _grads.dtypes(h0_r, h0_i)
     ctx.work = work
+    ctx.checked = checked
     # an unused output's gradient stays None: no zero-filled buffers for the final state
     ctx.set_materialize_grads(False)
     return y, last_r, last_i, (seg, dirs, scales, c.eta, c.delta, c.s, nu_log, theta_log, x,
@@ -136,7 +139,8 @@ def _backward(ctx, saved, d_y, d_last_r, d_last_i):
     d_eta, d_delta, g_nu, g_theta = lb._reduced(plan, g_ctl, g_spec)
     # the controller's grad x added into the scan's (grad_x is written in place)
     _, g_dirs, g_scales = controller.backward(x, dirs, scales, s, d_eta.contiguous(),
-                                              d_delta.contiguous(), grad_x)
+                                              d_delta.contiguous(), grad_x,
+                                              checked=getattr(ctx, "checked", True))
     return (g_dirs, g_scales, g_nu, g_theta, grad_x,
             g_gamma if plan.atomic else g_gamma.sum(dim=(0, 1)), gh0)
 
@@ -175,6 +179,12 @@ def fused_layer_params(x: torch.Tensor, pd: torch.Tensor, rd: torch.Tensor, pa: 
     x's device; differentiable in x, the parameters and h0."""
     B, L, width = x.shape if x.dim() == 3 else (0, 0, 0)
     _check(x, cfg, (("nu_log", nu_log), ("theta_log", theta_log)), seg, h0)
+    # what the controller's binding checks on fused_layer's path
+    if x.dtype not in controller.X_DTYPES or not x.is_contiguous():
+        raise ValueError(f"fused SAMU layer: x must be contiguous bf16 / fp16 / fp32, got "
+                         f"{x.dtype}{'' if x.is_contiguous() else ' (strided)'}")
+    if seg is not None and (not seg.is_contiguous() or seg.device != x.device):
+        raise ValueError(f"fused SAMU layer: seg must be contiguous on {x.device}")
     for what, t, shape in (("phase direction", pd, (width + 1,)),
                            ("radial direction", rd, (width + 1,)),
                            ("phase amplitude", pa, ()), ("radial amplitude", ra, ())):

@@ -13,6 +13,8 @@ autograd carries the gradients of ``dirs`` and ``scales`` back to the parameters
 """
 from __future__ import annotations
 
+import functools
+
 from typing import NamedTuple, Optional
 
 import torch
@@ -67,6 +69,16 @@ def _check_operands(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor) -
     check_tensor(_OWNER, "scales", scales, (2,), torch.float32, x.device)
 
 
+@functools.lru_cache(maxsize=256)
+def _backward_grid(T: int, K: int) -> tuple[int, int, int, int]:
+    """(BLOCK_K, column tiles, tokens per program, token groups) of a backward launch."""
+    block_k = _block_k(K, _BWD_BLOCK_K)
+    col_tiles = intmath.cdiv(K, block_k)
+    per = intmath.cdiv(T, max(1, _BWD_PROGRAMS // col_tiles))
+    tokens_per_program = intmath.cdiv(per, _BWD_BLOCK_T) * _BWD_BLOCK_T
+    return block_k, col_tiles, tokens_per_program, intmath.cdiv(T, tokens_per_program)
+
+
 def _block_k(K: int, most: int) -> int:
     return min(most, max(16, intmath.next_power_of_2(K)))
 
@@ -89,15 +101,19 @@ class Controls(NamedTuple):
 
 
 def forward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, *,
-            table: bool = False, seg: Optional[torch.Tensor] = None) -> Controls:
+            table: bool = False, seg: Optional[torch.Tensor] = None,
+            checked: bool = True) -> Controls:
     """The controls of the tokens of ``x`` [..., K] (contiguous), flattened to T = x.numel()
     / K; with ``table`` also the scan's control table (``seg`` [T] resets, or None).
-    ValueError on operands of other shapes, dtypes or devices (:func:`_check_operands`)."""
-    _check_operands(x, dirs, scales)
+    ValueError on operands of other shapes, dtypes or devices (:func:`_check_operands`);
+    ``checked=False``: the caller built or checked every operand (no checks: host time)."""
+    if checked:
+        _check_operands(x, dirs, scales)
     K = x.shape[-1]
     T = x.numel() // K
-    if seg is not None and (seg.numel() != T or seg.device != x.device
-                            or seg.is_floating_point() or not seg.is_contiguous()):
+    if checked and seg is not None and (
+            seg.numel() != T or seg.device != x.device or seg.is_floating_point()
+            or not seg.is_contiguous()):
         raise ValueError(f"{_OWNER}: seg must be contiguous integers, one per token "
                          f"({T}) on {x.device}, got {list(seg.shape)} {seg.dtype}")
     stride = intmath.cdiv(T, 4) * 4
@@ -114,25 +130,22 @@ def forward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, *,
 
 def backward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, s: torch.Tensor,
              d_eta: torch.Tensor, d_delta: torch.Tensor,
-             grad_x: Optional[torch.Tensor] = None
+             grad_x: Optional[torch.Tensor] = None, checked: bool = True
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(grad x, grad dirs [2, K + 1], grad scales [2]) from fp32 contiguous ``d_eta``,
     ``d_delta`` (T elements each) and forward's ``s``.  ``grad_x`` given (contiguous, x's
     shape and dtype): the controller's grad x is added into it in place (no extra pass over
     [T, K]); else a fresh one in x's dtype.  The partials are summed in a fixed order
     (deterministic).  ValueError on operands of other shapes, dtypes or devices."""
-    _check_operands(x, dirs, scales)
     K = x.shape[-1]
     T = x.numel() // K
-    for what, t in (("s[0]", s[0]), ("s[1]", s[1]), ("d_eta", d_eta), ("d_delta", d_delta)):
-        check_tensor(_OWNER, what, t, (T,), torch.float32, x.device, per_token=True)
-    if grad_x is not None:
-        check_tensor(_OWNER, "grad_x", grad_x, tuple(x.shape), x.dtype, x.device)
-    block_k = _block_k(K, _BWD_BLOCK_K)
-    col_tiles = intmath.cdiv(K, block_k)
-    per = intmath.cdiv(T, max(1, _BWD_PROGRAMS // col_tiles))
-    tokens_per_program = intmath.cdiv(per, _BWD_BLOCK_T) * _BWD_BLOCK_T
-    groups = intmath.cdiv(T, tokens_per_program)
+    if checked:
+        _check_operands(x, dirs, scales)
+        for what, t in (("s[0]", s[0]), ("s[1]", s[1]), ("d_eta", d_eta), ("d_delta", d_delta)):
+            check_tensor(_OWNER, what, t, (T,), torch.float32, x.device, per_token=True)
+        if grad_x is not None:
+            check_tensor(_OWNER, "grad_x", grad_x, tuple(x.shape), x.dtype, x.device)
+    block_k, col_tiles, tokens_per_program, groups = _backward_grid(T, K)
     accumulate = grad_x is not None
     if grad_x is None:
         grad_x = _alloc.empty_like(x)
