@@ -454,3 +454,38 @@ def test_fused_no_grad_operands_cached_until_a_parameter_changes():
     copy = __import__("copy").deepcopy(layer)
     with torch.no_grad():
         assert torch.equal(copy(x)[0], y3) and copy._fused_operands.builds == 1
+
+
+@pytest.mark.skipif(not samu_tune.settings.settings().interpret and not torch.cuda.is_available(),
+                    reason="the fused kernels need a GPU or the interpreter")
+def test_fused_layer_params_equals_fused_layer_and_names_bad_input():
+    # the training path's one Function (operands kernel inside) against the operands kernel's
+    # own Function feeding FusedLayer: same outputs and parameter gradients
+    from samu_tune.ops.layer import fused as fused_mod, fused_autograd
+    from samu_tune.ops.layer import operands as operand_kernels
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(3)
+    layer = _layer(80).to(device)
+    x = torch.randn(2, 70, 160, device=device)
+    cfg = fused_mod.config_for(x, None, False, backward=True)
+    g = torch.randn_like(x)
+    results = []
+    for path in ("params", "operands"):
+        leaves = [x.clone().requires_grad_(True)] + [
+            p.detach().clone().requires_grad_(True) for p in layer.params()]
+        xx, pd, rd, pa, ra, nu, th = leaves
+        if path == "params":
+            y, (hr, hi) = fused_autograd.fused_layer_params(xx, pd, rd, pa, ra, nu, th, cfg)
+        else:
+            dirs, scales, gamma = operand_kernels.operands(pd, rd, pa, ra, nu)
+            y, (hr, hi) = fused_autograd.fused_layer(xx, dirs, scales, gamma, nu, th, cfg)
+        (y * g).sum().add_((hr + hi).sum()).backward()
+        results.append([y, hr, hi] + [t.grad for t in leaves])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    pd, rd, pa, ra, nu, th = layer.params()
+    with pytest.raises(ValueError, match="strided"):
+        fused_autograd.fused_layer_params(x[:, :, :160].transpose(0, 1).contiguous()
+                                          .transpose(0, 1), pd, rd, pa, ra, nu, th, cfg)
+    with pytest.raises(ValueError, match="phase direction"):
+        fused_autograd.fused_layer_params(x, pd[:-1], rd, pa, ra, nu, th, cfg)
