@@ -29,14 +29,16 @@ from samu_tune.kernels.controls import store_rows
 PARTIAL_EXTRA = tl.constexpr(2)
 
 
-@triton.jit(do_not_specialize=["T", "K"])
-def controller_forward(x_ptr, dirs_ptr, scales_ptr, eta_ptr, delta_ptr, sp_ptr, r_ptr, table_ptr,
-                       seg_ptr, T, K, HAS_TABLE: tl.constexpr, HAS_RESETS: tl.constexpr,
+@triton.jit(do_not_specialize=["T", "K", "out_stride"])
+def controller_forward(x_ptr, dirs_ptr, scales_ptr, out_ptr, out_stride, table_ptr, seg_ptr, T,
+                       K, HAS_TABLE: tl.constexpr, HAS_RESETS: tl.constexpr,
                        BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, K_ALIGN: tl.constexpr = 1):
     """Grid (cdiv(T, BLOCK_T),): one program per BLOCK_T tokens walks K in [BLOCK_T, BLOCK_K]
-    tiles.  Writes eta, delta, s_0 (at sp) and r [T] fp32 (s_0 and r are what backward needs
-    instead of x's dot products) and, when HAS_TABLE, the scan's control-table rows of the
-    tokens (:func:`samu_tune.kernels.controls.store_rows`; seg [T] resets them)."""
+    tiles.  Writes the rows of out [4, T] (``out_stride`` apart) fp32: eta, delta, s_0 and r
+    (s_0 and r are what backward needs instead of x's dot products; one base pointer, not
+    four: each view passed costs the host a tensor operation) and, when HAS_TABLE, the scan's
+    control-table rows of the tokens (:func:`samu_tune.kernels.controls.store_rows`; seg [T]
+    resets them)."""
     if K_ALIGN > 1:
         K = K // K_ALIGN * K_ALIGN
     tok = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)        # [BLOCK_T]
@@ -59,17 +61,17 @@ def controller_forward(x_ptr, dirs_ptr, scales_ptr, eta_ptr, delta_ptr, sp_ptr, 
     r = tanh(tl.sum(acc_r, axis=1) + tl.load(dirs_ptr + 2 * K + 1))
     delta = tl.load(scales_ptr) * s_p
     eta = tl.load(scales_ptr + 1) * r / (1.0 + r * r)
-    tl.store(eta_ptr + tok, eta, mask=ok)
-    tl.store(delta_ptr + tok, delta, mask=ok)
-    tl.store(sp_ptr + tok, s_p, mask=ok)
-    tl.store(r_ptr + tok, r, mask=ok)
+    tl.store(out_ptr + tok, eta, mask=ok)
+    tl.store(out_ptr + out_stride + tok, delta, mask=ok)
+    tl.store(out_ptr + 2 * out_stride + tok, s_p, mask=ok)
+    tl.store(out_ptr + 3 * out_stride + tok, r, mask=ok)
     if HAS_TABLE:
         store_rows(table_ptr, seg_ptr, tok, ok, eta, delta, HAS_RESETS)
 
 
-@triton.jit(do_not_specialize=["T", "K", "tokens_per_program"])
-def controller_backward(x_ptr, dirs_ptr, scales_ptr, sp_ptr, r_ptr, d_eta_ptr, d_delta_ptr, gx_ptr,
-                        partial_ptr, T, K, tokens_per_program, ACCUMULATE: tl.constexpr,
+@triton.jit(do_not_specialize=["T", "K", "tokens_per_program", "s_stride"])
+def controller_backward(x_ptr, dirs_ptr, scales_ptr, s_ptr, s_stride, d_eta_ptr, d_delta_ptr,
+                        gx_ptr, partial_ptr, T, K, tokens_per_program, ACCUMULATE: tl.constexpr,
                         BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
                         K_ALIGN: tl.constexpr = 1):
     """Grid (cdiv(T, tokens_per_program), cdiv(K, BLOCK_K)); tokens_per_program a multiple of
@@ -78,7 +80,8 @@ def controller_backward(x_ptr, dirs_ptr, scales_ptr, sp_ptr, r_ptr, d_eta_ptr, d
     already in gx, e.g. the fused scan's, in one read-modify-write) and its partial sums to
     partials [n_programs_g, 2, K + 2] fp32: row (g, c) holds sum_t dq_c x[t, k] in columns
     k < K and, from j = 0 only, sum_t dq_c in column K and the grad S_c partial in K + 1.
-    dq is recomputed from s_0, r, d_eta, d_delta (16 bytes a token) by every column program."""
+    dq is recomputed from s_0, r (the rows of s [2, T], ``s_stride`` apart), d_eta, d_delta
+    (16 bytes a token) by every column program."""
     if K_ALIGN > 1:
         K = K // K_ALIGN * K_ALIGN
     g = tl.program_id(0)
@@ -100,8 +103,8 @@ def controller_backward(x_ptr, dirs_ptr, scales_ptr, sp_ptr, r_ptr, d_eta_ptr, d
         tok = first + t0 + tl.arange(0, BLOCK_T)                                  # [BLOCK_T]
         ok = tok < T
         # masked tokens: s = d = 0, so dq = 0 and they add nothing
-        s_p = tl.load(sp_ptr + tok, mask=ok, other=0.0)
-        r = tl.load(r_ptr + tok, mask=ok, other=0.0)
+        s_p = tl.load(s_ptr + tok, mask=ok, other=0.0)
+        r = tl.load(s_ptr + s_stride + tok, mask=ok, other=0.0)
         d_delta = tl.load(d_delta_ptr + tok, mask=ok, other=0.0)
         d_eta = tl.load(d_eta_ptr + tok, mask=ok, other=0.0)
         u = 1.0 + r * r

@@ -117,15 +117,17 @@ def forward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, *,
         raise ValueError(f"{_OWNER}: seg must be contiguous integers, one per token "
                          f"({T}) on {x.device}, got {list(seg.shape)} {seg.dtype}")
     stride = intmath.cdiv(T, 4) * 4
-    buf = _alloc.empty(4 * stride, dtype=torch.float32, device=x.device).view(4, stride)[:, :T]
+    buf = _alloc.empty(4 * stride, dtype=torch.float32, device=x.device)     # rows [4, T]
     ctl = (_alloc.empty(T, control_kernels.TABLE_COLS.value, dtype=torch.float32,
                        device=x.device) if table else None)
     _forward_kernel[(intmath.cdiv(T, _FWD_BLOCK_T),)](
-        x, dirs, scales, buf[0], buf[1], buf[2], buf[3], ctl, seg, T, K,
+        x, dirs, scales, buf, stride, ctl, seg, T, K,
         HAS_TABLE=table, HAS_RESETS=seg is not None, BLOCK_T=_FWD_BLOCK_T,
         BLOCK_K=_block_k(K, _FWD_BLOCK_K), K_ALIGN=_k_align(K),
         num_warps=_NUM_WARPS, **LAUNCH_OPTIONS)
-    return Controls(buf[0], buf[1], buf[2:], ctl)
+    # as_strided views: a fraction of indexing's host time
+    return Controls(buf.as_strided((T,), (1,), 0), buf.as_strided((T,), (1,), stride),
+                    buf.as_strided((2, T), (stride, 1), 2 * stride), ctl)
 
 
 def backward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, s: torch.Tensor,
@@ -152,7 +154,8 @@ def backward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, s: torch
     extra = kernels.PARTIAL_EXTRA.value
     partials = _alloc.empty(groups, 2, K + extra, dtype=torch.float32, device=x.device)
     _backward_kernel[(groups, col_tiles)](
-        x, dirs, scales, s[0], s[1], d_eta, d_delta, grad_x, partials, T, K, tokens_per_program,
+        x, dirs, scales, s, s.stride(0), d_eta, d_delta, grad_x, partials, T, K,
+        tokens_per_program,
         ACCUMULATE=accumulate, BLOCK_T=_BWD_BLOCK_T, BLOCK_K=block_k, K_ALIGN=_k_align(K),
         num_warps=_NUM_WARPS, **LAUNCH_OPTIONS)
     total = partials[0] if groups == 1 else partials.sum(0)                       # [2, K + 2]
