@@ -198,18 +198,12 @@ class _Table:
             by_feature.setdefault(p.feature_key(), []).append((p.coords(), entry))
         self.by_feature = by_feature
         self.generation = next(_GENERATIONS)
-        _CHANGES[0] += 1
+        _SEEN.clear()
 
 
 _GENERATIONS = itertools.count(1)
-_CHANGES = [0]      # this process's index changes: writes, reloads, invalidate()
-
-
-def local_changes() -> int:
-    """A count of this process's index changes: a memo that saw the same count less than
-    :data:`RELOAD_CHECK_S` seconds ago has seen every change visible to this process."""
-    return _CHANGES[0]
 _TABLES: dict[tuple[Optional[Path], str], _Table] = {}
+_SEEN: dict[tuple, tuple] = {}  # (dir, signature) -> (generation, time); cleared on changes
 
 
 def _table_for(p: Path, signature: str, shipped: bool) -> _Table:
@@ -232,15 +226,21 @@ def _table(signature: SignatureArg = None, *, shipped: bool = False) -> _Table:
 
 
 def generation(signature: SignatureArg = None) -> tuple[int, int]:
-    """A token that changes whenever the user cache or the shipped table of ``signature`` is
-    (re)loaded or written; unique across directories, so it can key memoized decisions."""
-    return _table(signature).generation, _table(signature, shipped=True).generation
+    """A token that changes whenever ``signature``'s user cache or shipped table is (re)loaded
+    or written (unique across directories); a repeat within :data:`RELOAD_CHECK_S` s is a lookup."""
+    key = (cache_dir(), signature if isinstance(signature, str) else signature_of(signature))
+    seen, now = _SEEN.get(key), time.monotonic()
+    if seen and now - seen[1] < RELOAD_CHECK_S:
+        return seen[0]
+    gen = _table(key[1]).generation, _table(key[1], shipped=True).generation
+    _SEEN[key] = (gen, now)
+    return gen
 
 
 def invalidate() -> None:
     """Forget every in-memory index: the next lookup reads the files again."""
     _TABLES.clear()
-    _CHANGES[0] += 1
+    _SEEN.clear()
 
 
 # ---- lookups -------------------------------------------------------------------------------

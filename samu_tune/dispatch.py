@@ -29,7 +29,6 @@ keys and rules; a fallback such as the scan's "without initial/final state" is t
 from __future__ import annotations
 
 import logging
-import time
 import warnings
 from typing import Any, Callable, Hashable, NamedTuple, Optional, Union
 
@@ -281,9 +280,8 @@ def resolve(problem: Problem, strategy: StrategyArg = "auto") -> tuple[Strategy,
 
 # ---- the memo and the distributed broadcast ------------------------------------------------
 
-# key -> [settings object, registry dict, signature, cache generation or None, Decision,
-#         cache.local_changes() and time.monotonic() when the generation was last compared]
-_MEMO: dict[tuple, list] = {}
+# key -> (settings object, registry dict, signature, cache generation or None, Decision)
+_MEMO: dict[tuple, tuple] = {}
 _MEMO_MAX = 4096
 
 
@@ -331,23 +329,13 @@ def _broadcast(problem: Problem, strategy: StrategyArg, device: Optional[torch.d
 
 
 def _memo_hit(memo_key: tuple, s) -> Optional[Decision]:
-    """The memoized decision, unless the settings, registry or cache changed since.  The
-    cache's files are looked at (:func:`samu_tune.cache.generation`) at most every
-    ``cache.RELOAD_CHECK_S`` seconds, as the cache itself re-reads them, or when this process
-    changed its index: a hit otherwise costs a clock read."""
+    """The memoized decision, unless the settings, registry or cache changed since (the
+    cache's generation looks at its files at most every ``cache.RELOAD_CHECK_S`` seconds)."""
     hit = _MEMO.get(memo_key)
-    if hit is None or hit[0] is not s or hit[1] is not registry._REGISTRY:
-        return None
-    if hit[3] is None:
+    if hit is not None and hit[0] is s and hit[1] is registry._REGISTRY and (
+            hit[3] is None or hit[3] == cache.generation(hit[2])):
         return hit[4]
-    now = time.monotonic()
-    changes = cache.local_changes()
-    if changes == hit[5] and now - hit[6] < cache.RELOAD_CHECK_S:
-        return hit[4]
-    if hit[3] != cache.generation(hit[2]):
-        return None
-    hit[5], hit[6] = cache.local_changes(), now
-    return hit[4]
+    return None
 
 
 def decide(call_key: Hashable, problem: Callable[[], Problem], device: Optional[torch.device],
@@ -389,7 +377,6 @@ def _decide_miss(memo_key: Optional[tuple], problem: Problem, device: Optional[t
         sig = _signature(problem, device).signature()
         # a forced or broadcast decision does not depend on the cache file
         stable = strategy != "auto" or (broadcast and _distributed())
-        _MEMO[memo_key] = [s, registry._REGISTRY, sig,
-                           None if stable else cache.generation(sig), decision,
-                           cache.local_changes(), time.monotonic()]
+        _MEMO[memo_key] = (s, registry._REGISTRY, sig,
+                           None if stable else cache.generation(sig), decision)
     return decision

@@ -177,8 +177,8 @@ def fused_layer_params(x: torch.Tensor, pd: torch.Tensor, rd: torch.Tensor, pa: 
     """:func:`fused_layer` from the raw parameters (:class:`FusedLayerParams`): directions
     pd, rd [2M + 1], amplitudes pa, ra (0-d), nu_log, theta_log [M], all fp32 contiguous on
     x's device; differentiable in x, the parameters and h0."""
-    B, L, width = x.shape if x.dim() == 3 else (0, 0, 0)
     _check(x, cfg, (("nu_log", nu_log), ("theta_log", theta_log)), seg, h0)
+    width = x.shape[-1]
     # what the controller's binding checks on fused_layer's path
     if x.dtype not in controller.X_DTYPES or not x.is_contiguous():
         raise ValueError(f"fused SAMU layer: x must be contiguous bf16 / fp16 / fp32, got "
