@@ -188,8 +188,11 @@ def input_grads(grads: tuple[torch.Tensor, ...], like: tuple[torch.Tensor, ...],
     """The Function's backward result: no gradient for plan and seg; ``grads`` (of eta, delta,
     nu_log, theta_log) cast to the dtypes of ``like`` (the saved eta, delta, nu_log,
     theta_log); grad br, bi; grad h0 cast to ``h0_dtypes`` when there is an initial state."""
-    casts = tuple(g.to(t.dtype) for g, t in zip(grads, like, strict=True))
-    gh0_cast = tuple(None if g is None else g.to(d) for g, d in zip(gh0, h0_dtypes, strict=True))
+    # a cast only where the dtype differs: a no-op ``to`` still costs a dispatcher call
+    casts = tuple(g if g.dtype == t.dtype else g.to(t.dtype)
+                  for g, t in zip(grads, like, strict=True))
+    gh0_cast = tuple(g if g is None or g.dtype == d else g.to(d)
+                     for g, d in zip(gh0, h0_dtypes, strict=True))
     return (None, None, *casts, *grad_b, *gh0_cast)
 
 
