@@ -1,27 +1,39 @@
-"""Candidates compiled and verified ahead of timing, in worker processes.
+"""Candidates compiled (and verified) ahead of timing, in worker processes.
 
 A tune spends most of its wall time compiling: each candidate's first run compiles its
 kernels (Triton: seconds per config), one candidate after the other, while the host's other
-cores idle.  :class:`CompilePool` runs that first run in a pool of spawned worker processes:
-a job runs the candidate on its verification problem (the op spec's
-``verification_problem``: the same kernel binaries as the real shape, whose B, L, M are
-runtime values) against the float64 reference, forward and (training) backward.  The
-binaries land in Triton's on-disk cache, which the tuning process then loads instead of
-compiling; the job's verdict stands for the tuning process's own verification (same
-candidate, problem, inputs and seed).  The tuner submits candidates as soon as it knows them
-(priors and screen at the start, each refinement round's configs before the round) and
-times them one at a time as their jobs finish.
+cores idle.  :class:`CompilePool` hands that first run to a pool of spawned worker processes.
+The tuner submits candidates as soon as it knows them (priors and screen at the start, each
+refinement round's configs before the round) and takes them in the same order; a candidate
+whose job no worker has started yet is taken back (cancelled) and run by the tuning process
+itself, so the pool never makes the tuner wait for a queue.
+
+Two modes (``SAMU_TUNE_COMPILE_MODE``):
+
+- ``compile`` (on a GPU, the default): a worker has no CUDA context.  It runs the candidate
+  on its verification problem (the op spec's ``verification_problem``: the same kernel
+  binaries as the real shape, whose B, L, M are runtime values) on CPU tensors with Triton's
+  active driver replaced by one that only names the GPU's target (backend, architecture,
+  warp size) and every launch turned into ``warmup`` (compile, no launch): the binaries land
+  in Triton's on-disk cache under the keys the tuning process computes for the same launches,
+  which then loads them instead of compiling.  The worker's outputs are garbage (nothing
+  ran); the tuning process verifies the candidate itself.
+- ``verify`` (and on the CPU, under the interpreter): a worker runs the candidate on its
+  verification problem on the device against the float64 reference, forward and (training)
+  backward; its verdict stands for the tuning process's own verification (same candidate,
+  problem, inputs and seed).  These workers share the GPU with the tuning process and are
+  stopped before the final interleaved re-timing.
 
 A job that cannot say (the strategy is not registered in a fresh process, e.g. one
 registered by a test; the worker failed to start) returns no verdict: the tuning process
-verifies that candidate itself, as without a pool.  The workers share the GPU with the
-tuning process: their runs are small (the verification problem), and the pool is stopped
-before the final interleaved re-timing.
+verifies that candidate itself, as without a pool.
 """
 from __future__ import annotations
 
+import atexit
 import concurrent.futures as cf
 import contextlib
+import functools
 import multiprocessing
 import os
 import sys
@@ -32,6 +44,8 @@ import torch
 from pydantic import BaseModel
 
 _REFERENCES: dict[Any, Any] = {}     # per worker process: (problem, seed) -> reference
+_STEPS: dict[Any, Any] = {}          # per compile worker: verification problem -> timed step
+_TARGET: list = []                   # per compile worker: the target it compiles for
 
 
 def suggested_workers(device: torch.device) -> int:
@@ -78,6 +92,106 @@ def _job(op: str, problem: dict, strategy: str, config: dict, seed: int, device:
     return "verified", failure, time.monotonic() - t0, vproblem.key()
 
 
+class _TargetOnly:
+    """Triton's active driver in a compile worker: the target to compile for, device 0 and
+    stream 0; nothing that needs a GPU (no launch reaches it: every launch is a warmup)."""
+
+    def __init__(self, target) -> None:
+        self.target = target
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def set_current_device(self, device: int) -> None:
+        pass
+
+    def get_current_stream(self, device: Optional[int] = None) -> int:
+        return 0
+
+    def get_active_torch_device(self):
+        return torch.device("cpu")
+
+
+def _compile_only(target: tuple) -> None:
+    """Make this process compile Triton launches for ``target`` (backend, arch, warp size)
+    without running them (once per process)."""
+    if _TARGET == [target]:
+        return
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+    from triton.runtime.jit import JITFunction
+    driver.set_active(_TargetOnly(GPUTarget(*target)))
+    # kernel[grid](...) compiles (or finds in the disk cache) and returns without launching
+    JITFunction.__getitem__ = lambda self, grid: functools.partial(self.run, grid=grid,
+                                                                   warmup=True)
+    _TARGET[:] = [target]
+
+
+def _compile_job(op: str, problem: dict, strategy: str, config: dict, seed: int,
+                 target: tuple, device: dict) -> tuple[str, Optional[str], float, Optional[str]]:
+    """Compile one candidate's kernels for ``target`` in a worker without a GPU: its forward
+    and (training) backward on the verification problem for ``device`` (a ``DeviceInfo``
+    dump), on CPU tensors, every launch a warmup.
+
+    Returns (status, failure, seconds, verification problem's key): status ``"compiled"``
+    (failure: what the run raised, e.g. a compile error; None when it got through) or
+    ``"unknown"`` (could not set up: failure says why)."""
+    t0 = time.monotonic()
+    try:
+        _compile_only(target)
+        from samu_tune import opspec, registry
+        from samu_tune.device import DeviceInfo
+        prob = opspec.get(op).problem_type.model_validate(problem)
+        strat = registry.get(strategy, op)
+        cfg = strat.parse_config(config)
+        spec = opspec.of(prob)
+        vproblem = spec.verification_problem(prob, strat, cfg, DeviceInfo.model_validate(device))
+        if vproblem not in _STEPS:
+            _STEPS[vproblem] = spec.make_step(vproblem, "cpu", pool=1, seed=seed)
+        step = _STEPS[vproblem]
+    except Exception as exc:   # not registered here, cannot set up: the tuner compiles itself
+        return "unknown", f"{type(exc).__name__}: {exc}", time.monotonic() - t0, None
+    failure = None
+    try:
+        step(lambda inp: strat.run(inp, cfg), step.pools[0])
+    except Exception as exc:   # a compile error, or the garbage outputs upset later host code
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        failure = f"compile run raised {type(exc).__name__}: {first}"
+    return "compiled", failure, time.monotonic() - t0, vproblem.key()
+
+
+def _compile_target(device: torch.device) -> tuple:
+    """(backend, arch, warp size) of the target Triton compiles for on ``device``."""
+    from triton.runtime import driver
+    with torch.cuda.device(device):
+        t = driver.active.get_current_target()
+    return (t.backend, t.arch, t.warp_size)
+
+
+@contextlib.contextmanager
+def _worker_environment(compile_only: bool):
+    """The environment spawned workers start with: a compile worker runs no interpreter (its
+    kernels must be JIT functions from import on) and launches through Triton (every launch
+    is a warmup there)."""
+    if not compile_only:
+        yield
+        return
+    saved = {k: os.environ.get(k) for k in ("TRITON_INTERPRET", "SAMU_TUNE_FAST_LAUNCH")}
+    os.environ["TRITON_INTERPRET"] = "0"
+    os.environ["SAMU_TUNE_FAST_LAUNCH"] = "0"
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 @contextlib.contextmanager
 def _main_hidden():
     """Spawned workers run nothing of the caller's ``__main__``: a spawned process imports
@@ -105,50 +219,113 @@ class Verdict(BaseModel):
     verified_on: Optional[str] = None
 
 
-class CompilePool:
-    """Worker processes compiling and verifying the candidates of one tune (module doc)."""
+_SHARED: dict[tuple, cf.ProcessPoolExecutor] = {}   # compile workers, kept across tunes
 
-    def __init__(self, problem: BaseModel, device: torch.device, seed: int, workers: int):
+
+def _shared_executor(workers: int, target: tuple) -> cf.ProcessPoolExecutor:
+    """The process's compile workers for ``target`` (spawned on first use, stopped at exit):
+    a main job's tunes reuse them instead of paying a worker's start (torch and Triton
+    imports) per shape."""
+    key = (workers, target)
+    if key not in _SHARED:
+        if not _SHARED:
+            atexit.register(_stop_shared)
+        _SHARED[key] = cf.ProcessPoolExecutor(
+            max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    return _SHARED[key]
+
+
+def _stop_shared() -> None:
+    for executor in _SHARED.values():
+        executor.shutdown(wait=False, cancel_futures=True)
+    _SHARED.clear()
+
+
+class CompilePool:
+    """Worker processes compiling (and, in ``verify`` mode, verifying) the candidates of one
+    tune (module doc).  ``mode`` None: the settings' ``compile_mode`` on a GPU, ``verify``
+    elsewhere; compile mode: ``target`` (backend, arch, warp size) and ``info`` (the
+    ``DeviceInfo`` eligibility is judged for), default the device's.
+
+    Counts: ``submitted``; ``finished`` (jobs whose result the tuner took); ``compiled``
+    (compile jobs that got through); ``taken_back`` (jobs no worker had started when the
+    tuner reached them: it ran those candidates itself)."""
+
+    def __init__(self, problem: BaseModel, device: torch.device, seed: int, workers: int,
+                 mode: Optional[str] = None, target: Optional[tuple] = None,
+                 info: Optional[BaseModel] = None):
+        from samu_tune.device import device_info
+        from samu_tune.settings import settings
         self.problem, self.device, self.seed = problem, device, seed
         self.workers = workers
-        self._pool: Optional[cf.ProcessPoolExecutor] = cf.ProcessPoolExecutor(
-            max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        if mode is None:
+            mode = settings().compile_mode if device.type == "cuda" else "verify"
+        if mode not in ("compile", "verify"):
+            raise ValueError(f"compile pool mode must be 'compile' or 'verify', got {mode!r}")
+        self.mode = mode
+        self._info = None
+        if mode == "compile":
+            self.target = target or _compile_target(device)
+            self._info = (info or device_info(device)).model_dump(mode="json")
+            self._pool: Optional[cf.ProcessPoolExecutor] = _shared_executor(workers, self.target)
+        else:
+            self.target = None
+            self._pool = cf.ProcessPoolExecutor(
+                max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
         self._jobs: dict[tuple[str, str], cf.Future] = {}
-        self.submitted = self.finished = 0
+        self.submitted = self.finished = self.compiled = self.taken_back = 0
 
     def submit(self, strategy: str, config: dict) -> None:
         key = (strategy, repr(sorted(config.items())))
         if self._pool is None or key in self._jobs:
             return
+        problem = self.problem.model_dump(mode="json")
         try:
-            with _main_hidden():      # the pool starts its workers inside submit
-                self._jobs[key] = self._pool.submit(
-                    _job, self.problem.op, self.problem.model_dump(mode="json"), strategy,
-                    config, self.seed, str(self.device))
+            # the pool starts its workers inside submit
+            with _main_hidden(), _worker_environment(self.mode == "compile"):
+                if self.mode == "compile":
+                    job = self._pool.submit(_compile_job, self.problem.op, problem, strategy,
+                                            config, self.seed, self.target, self._info)
+                else:
+                    job = self._pool.submit(_job, self.problem.op, problem, strategy, config,
+                                            self.seed, str(self.device))
+            self._jobs[key] = job
             self.submitted += 1
         except Exception:      # a broken pool: the tuner verifies the rest itself
             self.close()
 
     def verdict(self, strategy: str, config: dict) -> Optional[Verdict]:
-        """The verdict of a submitted candidate (waits for its job), or None: not submitted,
-        no verdict, or the pool is gone."""
+        """The verdict of a submitted candidate, or None: not submitted, taken back (no
+        worker had started it), no verdict (compile mode: the kernels are compiled, the
+        tuning process verifies), or the pool is gone.  Waits for a job a worker runs."""
         job = self._jobs.get((strategy, repr(sorted(config.items()))))
         if job is None:
+            return None
+        if job.cancel():
+            self.taken_back += 1
             return None
         try:
             status, failure, seconds, verified_on = job.result()
         except Exception:       # the worker died (BrokenProcessPool) or the job was cancelled
             return None
         self.finished += 1
+        if status == "compiled":
+            self.compiled += failure is None
+            return None
         if status != "verified":
             return None
         return Verdict(failure=failure, seconds=seconds, verified_on=verified_on)
 
     def close(self) -> None:
-        """Stop the workers now (queued jobs are dropped, running ones killed): the GPU is the
-        tuning process's alone afterwards."""
+        """Drop this tune's queued jobs.  Verify mode: stop the workers now (running jobs
+        killed): the GPU is the tuning process's alone afterwards.  Compile mode: the workers
+        stay for the next tune (they do not touch the GPU)."""
         pool, self._pool = self._pool, None
         if pool is None:
+            return
+        for job in self._jobs.values():
+            job.cancel()
+        if self.mode == "compile":
             return
         processes = list(getattr(pool, "_processes", {}).values())
         pool.shutdown(wait=False, cancel_futures=True)

@@ -32,6 +32,10 @@ class Settings(BaseModel):
     compile_workers: Optional[int] = Field(
         None, ge=0, description="worker processes compiling and verifying tuning candidates "
         "ahead of timing (default none; see samu_tune.compile_pool)")
+    compile_mode: Literal["compile", "verify"] = Field(
+        "compile", description="what the compile pool's workers do on a GPU: compile the "
+        "candidates' kernels for its target without a CUDA context (the tuning process "
+        "verifies), or compile and verify them on the GPU")
     verify_cache: bool = Field(
         True, description="keep verification passes across shapes and processes "
                           "(samu_tune.verified); 0: verify every candidate every time")

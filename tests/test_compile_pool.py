@@ -61,3 +61,34 @@ def test_no_pool_unless_asked_for():
     assert compile_pool.suggested_workers(torch.device("cpu")) == 0
     assert _compile_pool(PROBLEM, torch.device("cpu"), 0, None, 10) is None
     assert _compile_pool(PROBLEM, torch.device("cpu"), 0, 2, 1) is None   # one candidate
+
+
+def test_compile_mode_builds_the_gpu_binaries_without_a_gpu(tmp_path, monkeypatch):
+    # compile workers: no CUDA, the launches compiled for sm_90 into the Triton cache the
+    # workers inherit; a job no worker has started is taken back by the tuner
+    from samu_tune.device import DeviceInfo
+    from samu_tune.results import config_json
+    import torch
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    problem = ScanProblem(B=8, L=8192, M=1024, dtype="bfloat16", device="cuda", backward=True)
+    h200 = DeviceInfo(kind="cuda", name="NVIDIA H200", capability=(9, 0), sm_count=132)
+    configs = [config_json(c) for c in registry.get("lookback").configs(problem)[:3]]
+    pool = compile_pool.CompilePool(problem, torch.device("cpu"), 0, 1, mode="compile",
+                                    target=("cuda", 90, 32), info=h200)
+    try:
+        for cfg in configs:
+            pool.submit("lookback", cfg)
+        pool.submit("no_such_strategy", {})
+        assert pool.verdict("lookback", configs[2]) is None and pool.taken_back == 1
+        assert pool.verdict("lookback", configs[0]) is None     # waits: the worker runs it
+        assert pool.compiled == 1
+        status, failure, _, _ = pool._jobs[("no_such_strategy", "[]")].result()
+        assert status == "unknown" and "no_such_strategy" in failure
+    finally:
+        pool.close()
+        compile_pool._stop_shared()
+    # the forward and the backward look-back binaries (REVERSE), for sm_90
+    cubins = sorted(tmp_path.rglob("lookback_scan.cubin"))
+    assert len(cubins) >= 2
+    metadata = [p.with_suffix(".json").read_text() for p in cubins]
+    assert all('"arch": "sm90' in m or '"arch": 90' in m for m in metadata), metadata[0][:300]
