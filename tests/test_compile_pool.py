@@ -92,3 +92,18 @@ def test_compile_mode_builds_the_gpu_binaries_without_a_gpu(tmp_path, monkeypatc
     assert len(cubins) >= 2
     metadata = [p.with_suffix(".json").read_text() for p in cubins]
     assert all('"arch": "sm90' in m or '"arch": 90' in m for m in metadata), metadata[0][:300]
+
+
+@pytest.mark.slow
+def test_bench_cold_tune_runs_its_child(tmp_path):
+    # the benchmark's child process imports and tunes (CPU smoke: one candidate, no pool)
+    import json
+    import subprocess
+    res = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_cold_tune", "--out", str(tmp_path),
+         "--shape", "2,16,8", "--max-configs", "1", "--workers", "0", "--device", "cpu"],
+        capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (row,) = json.loads((tmp_path / "cold_tune.json").read_text())["rows"]
+    assert "error" not in row, row.get("error")
+    assert row["ok"] == 1 and row["winner"]
