@@ -9,6 +9,11 @@ shape, GPU time) and, per (shape, dtype, mode), replays two short searches on th
 - ``priors+defaults``: those, then each strategy's default config for the shape (the current
   code's ``default()``; one not in the file is skipped).
 
+And ``served``: what ``cached`` mode serves for the problem when it has no entry of its own
+and the other grid problems are the tuned entries (the nearest one's winner, nearest in
+log-space of (B*M, L) as :func:`samu_tune.cache.nearest`): its time over the best, or ``-``
+when the file did not time that config at this shape.
+
 The pick is the fastest of the candidates a search would time; the table gives its time over
 the best of every candidate in the file (1.000: the same pick) and how many it times.  No GPU
 is needed: the times are the file's.
@@ -70,6 +75,8 @@ def study(data: dict, n_priors: int) -> list[dict]:
                "best": best}
         for label, keys in (("priors", priors), ("priors+defaults", priors + defaults)):
             row[label] = (min(cands[k] for k in keys) / best if keys else None, len(keys))
+        served = winners[others[0]] if others else None
+        row["served"] = cands[served] / best if served in cands else None
         out.append(row)
     return out
 
@@ -81,19 +88,24 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     rows = study(json.loads(args.bench_json.read_text()), args.priors)
     print("| (B, L, M) dtype mode | candidates in file | priors: pick / best (timed) "
-          "| priors+defaults: pick / best (timed) |")
-    print("|---|---|---|---|")
+          "| priors+defaults: pick / best (timed) | served (cached mode) |")
+    print("|---|---|---|---|---|")
     for r in rows:
         cells = [f"{r[k][0]:.3f} ({r[k][1]})" if r[k][0] is not None else f"- ({r[k][1]})"
                  for k in ("priors", "priors+defaults")]
+        served = f"{r['served']:.3f}" if r["served"] is not None else "-"
         print(f"| {r['shape']} {r['dtype']} {r['mode']} | {r['candidates']} | {cells[0]} "
-              f"| {cells[1]} |")
+              f"| {cells[1]} | {served} |")
     for k in ("priors", "priors+defaults"):
         ratios = [r[k][0] for r in rows if r[k][0] is not None]
         within = sum(x <= 1.02 for x in ratios)
         print(f"{k}: within 2% of the file's best at {within} of {len(ratios)}; worst "
               f"{max(ratios):.3f}; mean candidates timed "
               f"{sum(r[k][1] for r in rows) / len(rows):.1f}")
+    ratios = [r["served"] for r in rows if r["served"] is not None]
+    print(f"served: timed in the file at {len(ratios)} of {len(rows)}; within 2% of the best "
+          f"at {sum(x <= 1.02 for x in ratios)}, within 10% at {sum(x <= 1.10 for x in ratios)}; "
+          f"worst {max(ratios):.3f}")
 
 
 if __name__ == "__main__":
