@@ -44,7 +44,7 @@ import torch
 from pydantic import BaseModel
 
 _REFERENCES: dict[Any, Any] = {}     # per worker process: (problem, seed) -> reference
-_STEPS: dict[Any, Any] = {}          # per compile worker: verification problem -> timed step
+_STEPS: dict[Any, Any] = {}          # per compile worker: (problem, seed) -> timed step
 _TARGET: list = []                   # per compile worker: the target it compiles for
 
 
@@ -58,6 +58,17 @@ def suggested_workers(device: torch.device) -> int:
     return max(0, min(8, (os.cpu_count() or 1) - 1))
 
 
+def _candidate(op: str, problem: dict, strategy: str, config: dict, info):
+    """(op spec, strategy, config, verification problem) of a job's candidate; ``info``: the
+    DeviceInfo its eligibility is judged for."""
+    from samu_tune import opspec, registry
+    prob = opspec.get(op).problem_type.model_validate(problem)
+    strat = registry.get(strategy, op)
+    cfg = strat.parse_config(config)
+    spec = opspec.of(prob)
+    return spec, strat, cfg, spec.verification_problem(prob, strat, cfg, info)
+
+
 def _job(op: str, problem: dict, strategy: str, config: dict, seed: int, device: str
          ) -> tuple[str, Optional[str], float, Optional[str]]:
     """Run one candidate on its verification problem in a worker.
@@ -67,13 +78,9 @@ def _job(op: str, problem: dict, strategy: str, config: dict, seed: int, device:
     ``"unknown"`` (no verdict: failure says why)."""
     t0 = time.monotonic()
     try:
-        from samu_tune import opspec, registry
         from samu_tune.device import device_info
-        prob = opspec.get(op).problem_type.model_validate(problem)
-        strat = registry.get(strategy, op)
-        cfg = strat.parse_config(config)
-        spec = opspec.of(prob)
-        vproblem = spec.verification_problem(prob, strat, cfg, device_info(torch.device(device)))
+        spec, strat, cfg, vproblem = _candidate(op, problem, strategy, config,
+                                                device_info(torch.device(device)))
         key = (vproblem, seed)
         if key not in _REFERENCES:
             inputs = spec.random_inputs(vproblem, seed=seed, device=device)
@@ -87,8 +94,8 @@ def _job(op: str, problem: dict, strategy: str, config: dict, seed: int, device:
         if failure is not None:
             failure = f"wrong result: {failure}"
     except Exception as exc:   # compile error, out of resources, anything the strategy raises
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        failure = f"verification raised {type(exc).__name__}: {first}"
+        from samu_tune.evaluate import _reason
+        failure = _reason("verification raised", exc)
     return "verified", failure, time.monotonic() - t0, vproblem.key()
 
 
@@ -142,24 +149,21 @@ def _compile_job(op: str, problem: dict, strategy: str, config: dict, seed: int,
     t0 = time.monotonic()
     try:
         _compile_only(target)
-        from samu_tune import opspec, registry
         from samu_tune.device import DeviceInfo
-        prob = opspec.get(op).problem_type.model_validate(problem)
-        strat = registry.get(strategy, op)
-        cfg = strat.parse_config(config)
-        spec = opspec.of(prob)
-        vproblem = spec.verification_problem(prob, strat, cfg, DeviceInfo.model_validate(device))
-        if vproblem not in _STEPS:
-            _STEPS[vproblem] = spec.make_step(vproblem, "cpu", pool=1, seed=seed)
-        step = _STEPS[vproblem]
+        spec, strat, cfg, vproblem = _candidate(op, problem, strategy, config,
+                                                DeviceInfo.model_validate(device))
+        key = (vproblem, seed)
+        if key not in _STEPS:
+            _STEPS[key] = spec.make_step(vproblem, "cpu", pool=1, seed=seed)
+        step = _STEPS[key]
     except Exception as exc:   # not registered here, cannot set up: the tuner compiles itself
         return "unknown", f"{type(exc).__name__}: {exc}", time.monotonic() - t0, None
     failure = None
     try:
         step(lambda inp: strat.run(inp, cfg), step.pools[0])
     except Exception as exc:   # a compile error, or the garbage outputs upset later host code
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        failure = f"compile run raised {type(exc).__name__}: {first}"
+        from samu_tune.evaluate import _reason
+        failure = _reason("compile run raised", exc)
     return "compiled", failure, time.monotonic() - t0, vproblem.key()
 
 
