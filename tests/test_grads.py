@@ -30,3 +30,31 @@ def test_sum_partials_reduces_each_half():
     one = _grads.Stacked.empty(2, 3, 1, dtype=torch.float32, device="cpu")
     one.whole.copy_(torch.randn(2, 2, 3, 1))
     torch.testing.assert_close(_grads.sum_partials(one, spec)[1], one[1][..., 0])
+
+
+class _Double(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+def test_apply_builds_the_node_through_the_c_entry_point_with_the_same_gradients():
+    # the C entry point is the one Function.apply ends in: same node type, same gradients
+    assert _grads._c_apply(_Double) is not _Double.apply
+    x = torch.randn(5, requires_grad=True)
+    y = _grads.apply(_Double, x)
+    assert type(y.grad_fn).__name__ == "_DoubleBackward"
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((5,), 2.0))
+    with torch.no_grad():                  # no gradient: the forward alone, no node
+        assert _grads.apply(_Double, x).grad_fn is None
+
+
+def test_apply_under_a_functorch_transform_goes_through_function_apply():
+    # Function.apply's own check runs there: these Functions define no setup_context
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.grad(lambda x: _grads.apply(_Double, x).sum())(torch.randn(3))

@@ -93,12 +93,12 @@ def _forward(ctx, plan: lb.LookbackPlan, seg, dirs, scales, nu_log, theta_log, x
     M = width // 2
     c = controller.forward(x, dirs, scales, table=True, seg=seg, checked=checked)
     y = torch.empty_like(x)
-    last_r, last_i = _grads.pair(ctx, B, M, dtype=torch.float32, device=x.device)
+    last_r, last_i = _grads.pair(B, M, dtype=torch.float32, device=x.device)
     save = _grads.training(ctx)
-    h_r, h_i = (_grads.pair(ctx, B, L, M, dtype=x.dtype, device=x.device) if save
+    h_r, h_i = (_grads.pair(B, L, M, dtype=x.dtype, device=x.device) if save
                 else (None, None))
-    # an operator's backward zeroes its own buffers (ctx.separate)
-    work = lb._Zeroed.of(plan, B, L, M, x.device, save and not getattr(ctx, "separate", False),
+    # an operator's backward zeroes its own buffers (ctx.in_operator)
+    work = lb._Zeroed.of(plan, B, L, M, x.device, save and not getattr(ctx, "in_operator", False),
                          fused=True)
     lb._launch(plan, False, B, L, M, eta=c.eta, delta=c.delta, nu_log=nu_log,
                theta_log=theta_log, seg=seg, x=(x, None), h0=(h0_r, h0_i), y=(h_r, h_i),
@@ -128,7 +128,7 @@ def _backward(ctx, saved, d_y, d_last_r, d_last_i):
     d_y = torch.zeros_like(x) if d_y is None else d_y.contiguous()
     d_last = lb._last_grad(d_last_r, d_last_i)
     grad_x = torch.empty_like(x)
-    gh0 = (_grads.Stacked.empty(B, M, dtype=torch.float32, device=dev)
+    gh0 = (_grads.pair(B, M, dtype=torch.float32, device=dev)
            if h0_r is not None else (None, None))
     work = lb._backward_work(ctx, plan, B, L, M, dev, fused=True)
     g_ctl, g_spec, g_gamma = lb._grad_buffers(plan, work, B, L, M, dev, fused=True)

@@ -203,9 +203,10 @@ class _Zeroed:
 
     __slots__ = ("zeroed", "fwd_sync", "head", "used")
 
-    def __init__(self, zeroed: torch.Tensor, head: int, training: bool) -> None:
+    def __init__(self, zeroed: torch.Tensor, head: int) -> None:
         self.zeroed, self.head = zeroed, head
-        self.fwd_sync = zeroed[:head] if training else zeroed
+        # the forward's head is the buffer's first words: the kernel takes its start only
+        self.fwd_sync = zeroed
         self.used = False
 
     @classmethod
@@ -215,7 +216,7 @@ class _Zeroed:
         ctl_w, spec_w = _grad_words(B, L, M, fused) if training and plan.atomic else (0, 0)
         zeroed = torch.zeros(head * (2 if training else 1) + 2 * ctl_w + spec_w,
                              dtype=torch.int32, device=device)
-        return cls(zeroed, head, training)
+        return cls(zeroed, head)
 
     def for_backward(self, plan: LookbackPlan, B: int, L: int, M: int, device: torch.device,
                      fused: bool = False) -> "_Backward":
@@ -323,8 +324,8 @@ class _LookbackScan(torch.autograd.Function):
     def forward(ctx, plan: LookbackPlan, seg: Optional[torch.Tensor], eta, delta, nu_log,
                 theta_log, br, bi, h0_r, h0_i):
         B, L, M = br.shape
-        out_r, out_i = _grads.output_pair(ctx, br, bi)
-        last_r, last_i = _grads.pair(ctx, B, M, dtype=torch.float32, device=br.device)
+        out_r, out_i = _grads.output_pair(br, bi)
+        last_r, last_i = _grads.pair(B, M, dtype=torch.float32, device=br.device)
         training = not isinstance(ctx, _grads._NoGradContext)
         work = _Zeroed.of(plan, B, L, M, br.device, training)
         # the loop walk's control table, written by the forward kernel, reused by backward
