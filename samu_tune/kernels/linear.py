@@ -12,7 +12,9 @@ s = 0..L-1 at times ``t = s`` (``REVERSE=False``) or ``t = L-1-s`` (``REVERSE=Tr
 where prev/next are the times of the previous/next step in this scan's order.  The backward
 of a scan in one direction is the ADJOINT scan in the other direction with x = dout and
 h0 = d(final state).  Complex values travel as (real, imag) pairs; in real mode the imaginary
-pointers are never touched.  B, L, D and chunk counts are runtime values.
+pointers are never touched.  B, L, D and chunk counts are runtime values, never specialised
+on (``do_not_specialize``): one binary serves every length and width, so a new L or D, or the
+tuner's small verification problem, reuses the binary that the last one compiled.
 """
 import triton
 import triton.language as tl
@@ -74,7 +76,7 @@ def step_time(s, L, REVERSE: tl.constexpr):
         return s
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["L", "D"])
 def linear_serial_scan(a_r, a_i, x_r, x_i, h0_r, h0_i, out_r, out_i, last_r, last_i,
                        f_r, f_i, f0_r, f0_i, ga_r, ga_i, L, D,
                        COMPLEX: tl.constexpr, REVERSE: tl.constexpr, ADJOINT: tl.constexpr,
@@ -165,7 +167,7 @@ def tile_scan(tr, ti, ur, ui, COMPLEX: tl.constexpr):
     return pr, pi, qr, qi
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["L", "D", "n_chunks"])
 def linear_chunk_summary(a_r, a_i, x_r, x_i, p_r, p_i, q_r, q_i, L, D, n_chunks,
                          COMPLEX: tl.constexpr, REVERSE: tl.constexpr, ADJOINT: tl.constexpr,
                          CHUNK: tl.constexpr, BLOCK_D: tl.constexpr):
@@ -189,7 +191,7 @@ def linear_chunk_summary(a_r, a_i, x_r, x_i, p_r, p_i, q_r, q_i, L, D, n_chunks,
     store_pair(q_r, q_i, offs, vr, vi, mask, COMPLEX)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["L", "D", "n_chunks"])
 def linear_chunk_prefix(p_r, p_i, q_r, q_i, h0_r, h0_i, carry_r, carry_i, last_r, last_i,
                         a_r, a_i, L, D, n_chunks,
                         COMPLEX: tl.constexpr, REVERSE: tl.constexpr, ADJOINT: tl.constexpr,
@@ -219,7 +221,7 @@ def linear_chunk_prefix(p_r, p_i, q_r, q_i, h0_r, h0_i, carry_r, carry_i, last_r
     store_pair(last_r, last_i, b * D + lane, hr, hi, mask, COMPLEX)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["L", "D", "n_chunks"])
 def linear_chunk_replay(a_r, a_i, x_r, x_i, carry_r, carry_i, out_r, out_i,
                         f_r, f_i, f0_r, f0_i, ga_r, ga_i, L, D, n_chunks,
                         COMPLEX: tl.constexpr, REVERSE: tl.constexpr, ADJOINT: tl.constexpr,
