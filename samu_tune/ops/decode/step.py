@@ -209,7 +209,7 @@ StrategyArg = Union[str, tuple[str, Union[DecodeConfig, dict, None]]]
 
 def _plan(strategy: StrategyArg, x: torch.Tensor, params: SAMUParams,
           state: Optional[State], float64: bool) -> _Plan:
-    if float64 and (strategy == "auto"):
+    if (float64 and strategy == "auto") or not x.shape[0]:     # B = 0: no kernel to run
         return _Plan("reference", params.modes, (0, 0), 0, {})
     return plan_for(strategy, x, params.modes, state is not None)
 
@@ -384,7 +384,7 @@ def _step_traced(x: torch.Tensor, params: SAMUParams, state: Optional[State],
     from samu_tune.library import strategy_string
     from samu_tune.ops.decode import library  # noqa: F401  (registers the operators)
     if any(p.dtype == torch.float64 for p in params) or x.dtype == torch.float64 or (
-            strategy == "reference" or not kernels_available(x)):
+            strategy == "reference" or not kernels_available(x) or not x.shape[0]):
         return _reference(x, params, state, out, state_out)
     M = params.modes
     consts = decode_constants(params)

@@ -11,7 +11,7 @@ from samu_tune.library import is_compiling
 from samu_tune.ops.layer.problem import LayerProblem
 from samu_tune.ops.layer import fused, unfused
 from samu_tune.ops.decode.step import ConstantsCache, Decoder
-from samu_tune.ops.layer.reference import SAMUParams, State, needs_grad
+from samu_tune.ops.layer.reference import SAMUParams, State, layer_reference, needs_grad
 
 LayerStrategy = Literal["auto", "unfused", "fused"]
 _assume_constant = getattr(torch.compiler, "assume_constant_result", lambda f: f)
@@ -117,10 +117,13 @@ class SAMU(nn.Module):
         ``state``: initial state (h0_r, h0_i) [B, M] or None (zeros); ``segment_pos`` [B, L]
         integer, 0 starts a packed sequence (the state is reset there).  Or ``cu_seqlens``
         [N+1] for N sequences packed in one row (B = 1): the state then is per sequence,
-        [N, M] (see :mod:`samu_tune.ops.layer.varlen`).
+        [N, M] (see :mod:`samu_tune.ops.layer.varlen`).  B or L may be 0 (empty y; the final
+        state is the initial one, or zeros).
         """
         self._check_x(x, 3, "B, L, 2M")
         params = self.params()
+        if cu_seqlens is None and not x.numel():        # B or L = 0: no kernel to run
+            return layer_reference(x, params, initial_state=state, segment_pos=segment_pos)
         if cu_seqlens is None and self.strategy != "unfused":
             if is_compiling():
                 done = _fused_traced(self.strategy, x, params, state, segment_pos,

@@ -32,7 +32,8 @@ def linear_scan_reference(a: Pair, b: Pair, h0: Optional[Pair], *, reverse: bool
     for t in (range(L - 1, -1, -1) if reverse else range(L)):
         h = av[:, t] * h + bv[:, t]
         outs[t] = h
-    out = torch.stack(outs, dim=1)
+    # L = 0: empty outputs in the graph of a and b; h0 passes through
+    out = torch.stack(outs, dim=1) if L else bv + 0 * av
     if complex_:
         return (Pair(out.real.to(b.r.dtype), out.imag.to(b.r.dtype)), Pair(h.real, h.imag))
     return Pair(out.to(b.r.dtype)), Pair(h)

@@ -141,9 +141,6 @@ def _check(names: list[str], tensors: list[torch.Tensor], h0_names: list[str],
     if first.ndim != 3:
         raise ValueError(f"{names[0]} must have shape [B, L, D], got {list(first.shape)}")
     B, L, D = first.shape
-    if 0 in (B, L, D):
-        raise ValueError(f"{names[0]} has an empty dimension {list(first.shape)}; "
-                         "need B, L, D >= 1")
     for name, t in zip(names[1:], tensors[1:]):
         if t.shape != first.shape:
             raise ValueError(f"{name} must have shape [B, L, D] = {list(first.shape)}, "
@@ -191,6 +188,8 @@ def choice(a: Pair, b: Pair, h0: Optional[Pair], reverse: bool, strategy: Strate
 
 def _scan(a: Pair, b: Pair, h0: Optional[Pair], reverse: bool, strategy: StrategyArg,
           B: int, L: int, D: int) -> tuple[Pair, Pair]:
+    if not (B and L and D):              # an empty dimension: no kernel to run
+        return linear_scan_reference(a, b, h0, reverse=reverse)
     if is_compiling():
         return _scan_traced(a, b, h0, reverse, strategy)
     name, cfg = choice(a, b, h0, reverse, strategy)
@@ -233,7 +232,8 @@ def real_scan(a: torch.Tensor, b: torch.Tensor, *, initial_state: Optional[torch
 
     ``reverse=True`` scans right to left: ``h[t] = a[t] * h[t+1] + b[t]`` with h[L] =
     initial_state, and the final state is h[0].  Returns ``RealScanOutput(out [B, L, D] in
-    b's dtype, final_state fp32 [B, D] or None)``.  Differentiable in a, b, initial_state and
+    b's dtype, final_state fp32 [B, D] or None)``; any of B, L, D may be 0 (L = 0: the final
+    state is the initial state, or zeros).  Differentiable in a, b, initial_state and
     through the final state.  ``strategy``: ``"auto"``, ``"serial"``, ``"chunk"``,
     ``"reference"``, or ``(name, config)`` (:class:`SerialConfig`, :class:`ChunkConfig`).
     """

@@ -68,7 +68,8 @@ def scan(eta: torch.Tensor, delta: torch.Tensor, nu_log: torch.Tensor, theta_log
     policy, see :mod:`samu_tune.dispatch`), a registered name, or ``(name, config)``.
     Under torch.compile the kernels run as the operators ``samu_tune::scan_fwd`` /
     ``scan_bwd`` (:mod:`samu_tune.ops.scan.library`: no graph break, CUDA-graph capturable); float64
-    inputs and CPU tensors without the Triton interpreter trace the torch reference.
+    inputs and CPU tensors without the Triton interpreter trace the torch reference.  Any of
+    B, L, M may be 0: empty outputs, and the final state is the initial state (or zeros).
     """
     if is_compiling():
         return _scan_traced(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
@@ -81,8 +82,21 @@ def _scan(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
           output_final_state, strategy) -> ScanOutput:
     inputs = validate(eta, delta, nu_log, theta_log, br, bi, initial_state=initial_state,
                       segment_pos=segment_pos, output_final_state=output_final_state)
+    if not inputs.br.numel():
+        return _reference(inputs)
     decision = decide(inputs, strategy)
     return run(decision.strategy, decision.config, inputs)
+
+
+def _reference(inputs: ScanInputs) -> ScanOutput:
+    """The torch reference on validated inputs: float64, CPU tensors without the interpreter
+    under torch.compile, and empty inputs (B, L or M = 0: no kernel, no dispatch; empty
+    outputs, and the final state is the initial one, or zeros)."""
+    from samu_tune.ops.scan.reference import scan_reference
+    return scan_reference(inputs.eta, inputs.delta, inputs.nu_log, inputs.theta_log, inputs.br,
+                          inputs.bi, initial_state=inputs.initial_state,
+                          segment_pos=inputs.segment_pos,
+                          output_final_state=inputs.output_final_state)
 
 
 def _scan_traced(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
@@ -90,16 +104,12 @@ def _scan_traced(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_p
     """:func:`scan` under torch.compile: validation traced, the kernels as operators."""
     from samu_tune.library import strategy_string
     from samu_tune.ops.scan import library
-    from samu_tune.ops.scan.reference import scan_reference
     inputs = validate(eta, delta, nu_log, theta_log, br, bi, initial_state=initial_state,
                       segment_pos=segment_pos, output_final_state=output_final_state)
     if (strategy == "reference" or inputs.br.dtype == torch.float64
             or inputs.eta.dtype == torch.float64 or inputs.nu_log.dtype == torch.float64
-            or (not inputs.br.is_cuda and not settings().interpret)):
-        return scan_reference(inputs.eta, inputs.delta, inputs.nu_log, inputs.theta_log,
-                              inputs.br, inputs.bi, initial_state=inputs.initial_state,
-                              segment_pos=inputs.segment_pos,
-                              output_final_state=inputs.output_final_state)
+            or (not inputs.br.is_cuda and not settings().interpret) or not inputs.br.numel()):
+        return _reference(inputs)
     if not library.operators_serve(strategy_string(strategy)):
         return _scan_eager(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
                            output_final_state, strategy)

@@ -41,8 +41,9 @@ def validate(eta, delta, nu_log, theta_log, br, bi, *,
              output_final_state: bool = False) -> ScanInputs:
     """Check every argument and return contiguous :class:`ScanInputs`.
 
-    Raises ``TypeError`` for a wrong type or dtype and ``ValueError`` for a wrong shape, device
-    or an empty dimension; with ``SAMU_TUNE_CHECK_FINITE=1`` also for a non-finite spectrum.
+    Raises ``TypeError`` for a wrong type or dtype and ``ValueError`` for a wrong shape or
+    device; with ``SAMU_TUNE_CHECK_FINITE=1`` also for a non-finite spectrum.  A size of 0 is
+    valid (the scan then runs the reference: see :func:`samu_tune.ops.scan.api.scan`).
     A call that passes every check in one expression returns at once (about a fifth of the
     host time of the checks one by one); any other goes through them in order, which names
     the first failure.
@@ -77,9 +78,6 @@ def _validate(eta, delta, nu_log, theta_log, br, bi, *,
     if br.ndim != 3:
         raise ValueError(f"br must have shape [B, L, M], got {list(br.shape)} ({br.ndim} dims)")
     B, L, M = br.shape
-    for label, size in (("B", B), ("L", L), ("M", M)):
-        if size == 0:
-            raise ValueError(f"br has {label} = 0; samu_tune.scan needs B, L, M >= 1")
     bi = _tensor("bi", bi)
     eta, delta = _tensor("eta", eta), _tensor("delta", delta)
     nu_log, theta_log = _tensor("nu_log", nu_log), _tensor("theta_log", theta_log)
