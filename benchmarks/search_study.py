@@ -7,7 +7,9 @@ shape, GPU time) and, per (shape, dtype, mode), replays two short searches on th
   this one's), nearest first in log-space of (B*M, L) as the tuner's priors, at most
   ``--priors`` distinct configs;
 - ``priors+defaults``: those, then each strategy's default config for the shape (the current
-  code's ``default()``; one not in the file is skipped).
+  code's ``default()``; one not in the file is skipped);
+- ``priors+forward`` (train): the same shape's forward winner and runner-up, then the priors
+  (the tuner's order when forward was tuned first), at most ``--priors`` configs.
 
 And ``served``: what ``cached`` mode serves for the problem when it has no entry of its own
 and the other grid problems are the tuned entries (the nearest one's winner, nearest in
@@ -62,6 +64,13 @@ def study(data: dict, n_priors: int) -> list[dict]:
                 priors.append(w)
             if len(priors) == n_priors:
                 break
+        # a train tune after the same shape's forward one: its winner and runner-up first
+        fwd = times.get((shape, dtype, "forward")) if mode == "train" else None
+        fwd_two = sorted(fwd, key=fwd.get)[:2] if fwd else []
+        with_forward = []
+        for k in [k for k in fwd_two if k in cands] + priors:
+            if k not in with_forward and len(with_forward) < n_priors:
+                with_forward.append(k)
         problem = ScanProblem(B=B, L=L, M=M, dtype=dtype, backward=mode == "train")
         defaults = []
         for s in registry.all_strategies():
@@ -73,7 +82,8 @@ def study(data: dict, n_priors: int) -> list[dict]:
         best = min(cands.values())
         row = {"shape": shape, "dtype": dtype, "mode": mode, "candidates": len(cands),
                "best": best}
-        for label, keys in (("priors", priors), ("priors+defaults", priors + defaults)):
+        for label, keys in (("priors", priors), ("priors+defaults", priors + defaults),
+                            ("priors+forward", with_forward if mode == "train" else [])):
             row[label] = (min(cands[k] for k in keys) / best if keys else None, len(keys))
         served = winners[others[0]] if others else None
         row["served"] = cands[served] / best if served in cands else None
@@ -88,20 +98,22 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     rows = study(json.loads(args.bench_json.read_text()), args.priors)
     print("| (B, L, M) dtype mode | candidates in file | priors: pick / best (timed) "
-          "| priors+defaults: pick / best (timed) | served (cached mode) |")
-    print("|---|---|---|---|---|")
+          "| priors+defaults: pick / best (timed) | train: the forward entry's two, then priors "
+          "| served (cached mode) |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
         cells = [f"{r[k][0]:.3f} ({r[k][1]})" if r[k][0] is not None else f"- ({r[k][1]})"
-                 for k in ("priors", "priors+defaults")]
+                 for k in ("priors", "priors+defaults", "priors+forward")]
         served = f"{r['served']:.3f}" if r["served"] is not None else "-"
         print(f"| {r['shape']} {r['dtype']} {r['mode']} | {r['candidates']} | {cells[0]} "
-              f"| {cells[1]} | {served} |")
-    for k in ("priors", "priors+defaults"):
-        ratios = [r[k][0] for r in rows if r[k][0] is not None]
+              f"| {cells[1]} | {cells[2] if r['mode'] == 'train' else ''} | {served} |")
+    for k in ("priors", "priors+defaults", "priors+forward"):
+        kept = [r for r in rows if k != "priors+forward" or r["mode"] == "train"]
+        ratios = [r[k][0] for r in kept if r[k][0] is not None]
         within = sum(x <= 1.02 for x in ratios)
         print(f"{k}: within 2% of the file's best at {within} of {len(ratios)}; worst "
               f"{max(ratios):.3f}; mean candidates timed "
-              f"{sum(r[k][1] for r in rows) / len(rows):.1f}")
+              f"{sum(r[k][1] for r in kept) / len(kept):.1f}")
     ratios = [r["served"] for r in rows if r["served"] is not None]
     print(f"served: timed in the file at {len(ratios)} of {len(rows)}; within 2% of the best "
           f"at {sum(x <= 1.02 for x in ratios)}, within 10% at {sum(x <= 1.10 for x in ratios)}; "

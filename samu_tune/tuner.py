@@ -26,10 +26,11 @@ Pipeline of :func:`tune`:
    forward + backward of every input.
 4. **Search.**  Not every config is timed.  First the *priors*: the winners of the nearest
    tuned problems with the same features (user cache, then the shipped table of this device,
-   nearest in log-space of (B*M, L) first; at most ``prior_top`` distinct candidates that can
-   run this problem) -- what was fast at a neighbouring shape is the best first guess, and it
-   is timed before anything else in case the budget runs out (on a cold compile cache the
-   screening alone can exceed a few seconds).  Then each eligible strategy's default config
+   nearest in log-space of (B*M, L) first; for a train problem the winner and runner-up of
+   the same shape's forward entry right after its own entry; at most ``prior_top`` distinct
+   candidates that can run this problem) -- what was fast at a neighbouring shape is the best
+   first guess, and it is timed before anything else in case the budget runs out (on a cold
+   compile cache the screening alone can exceed a few seconds).  Then each eligible strategy's default config
    is screened, then the best ``refine_top`` strategies are refined by coordinate descent (one
    config field at a time, from the strategy's best config so far, until no field improves).
    ``budget_s`` stops starting new candidates once exceeded, ``max_configs`` caps how many are
@@ -296,6 +297,8 @@ def _priors(problem: Problem, dev: DeviceInfo, runnable: list[Strategy],
                 continue
             if cfg in spaces[strat.name]:
                 found.append((dist, rank, strat, cfg))
+    found.extend((0.0, 2, strat, cfg)
+                 for strat, cfg in _forward_entry(problem, sig, by_name, spaces))
     found.sort(key=lambda item: (item[0], item[1]))
     out: list[tuple[Strategy, BaseModel]] = []
     for _, _, strat, cfg in found:
@@ -303,6 +306,40 @@ def _priors(problem: Problem, dev: DeviceInfo, runnable: list[Strategy],
             out.append((strat, cfg))
         if len(out) >= limit:
             break
+    return out
+
+
+def _forward_entry(problem: Problem, sig: str, by_name: dict[str, Strategy],
+                   spaces: dict[str, list[BaseModel]]) -> list[tuple[Strategy, BaseModel]]:
+    """For a train problem: the winner and runner-up of the same problem's forward entry (user
+    cache, then the shipped table), where this search space holds them.  On the H200 grid the
+    forward's two best held the train best at 7 of 10 problems (its three best at all 10;
+    docs/performance.md), and their forward kernels are compiled already when forward was
+    tuned first (``profile``'s ``mode: both``)."""
+    if not getattr(problem, "backward", False):
+        return []
+    from samu_tune import cache
+    forward = problem.model_copy(update={"backward": False})
+    out = []
+    for shipped in (False, True):
+        try:
+            near = cache.nearest(forward, sig, shipped=shipped, include_exact=True)
+        except Exception:  # an unreadable table never stops tuning
+            continue
+        for _, entry in near:
+            if entry.key != forward.key():
+                continue
+            picks = [(entry.strategy, entry.config)]
+            if entry.runner_up is not None:
+                picks.append((entry.runner_up.strategy, entry.runner_up.config))
+            for name, config in picks:
+                strat = by_name.get(name)
+                try:
+                    cfg = None if strat is None else strat.parse_config(config)
+                except (ValueError, TypeError):
+                    continue
+                if cfg is not None and cfg in spaces[strat.name]:
+                    out.append((strat, cfg))
     return out
 
 

@@ -305,3 +305,14 @@ def test_a_verification_pass_is_reused_by_another_shape(env, clock):
     # switched off: verified every time
     env.set_env(SAMU_TUNE_VERIFY_CACHE="0")
     assert _by_name(samu_tune.tune(a, strategies=["good"], reps=2))["good"].verified_in is None
+
+
+def test_a_train_tune_starts_from_the_same_shapes_forward_entry(env, clock):
+    env.add(fake("grid", grid3_cost, config_model=Grid3Config), fake("flat", 1.5))
+    names = ["grid", "flat"]
+    forward = samu_tune.tune(FWD, strategies=names, reps=1, save=True)
+    entry = samu_tune.cache.lookup(FWD, forward.device.signature())
+    picks = [(entry.strategy, entry.config), (entry.runner_up.strategy, entry.runner_up.config)]
+    train = samu_tune.tune(FWD.model_copy(update={"backward": True}), strategies=names, reps=1)
+    assert [(c.strategy, c.config) for c in train.candidates[:2]] == picks
+    assert [c.phase for c in train.candidates[:2]] == ["prior", "prior"]
