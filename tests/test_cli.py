@@ -408,3 +408,15 @@ def test_progress_reports_the_best_so_far_and_what_is_left(monkeypatch, capsys):
     p.shape_start(3, "B3-L64-M8-f32-forward")
     now[0] += 1
     assert p.left_s() == pytest.approx(10 - 1)
+
+
+def test_ranks_get_whole_shapes_forward_and_train_together():
+    from samu_tune.cli.profile import _shard
+    from samu_tune.ops.decode.problem import DecodeProblem
+    fwd = [ScanProblem(B=b, L=8, M=4, dtype="float32", device="cpu") for b in (1, 2, 3)]
+    problems = [q for p in fwd for q in (p, p.model_copy(update={"backward": True}))]
+    problems.append(DecodeProblem(B=4, M=8, device="cpu"))        # no backward field
+    shards = [_shard(problems, r, 2) for r in range(2)]
+    assert shards == [[0, 1, 4, 5], [2, 3, 6]]
+    assert sorted(shards[0] + shards[1]) == list(range(len(problems)))
+    assert _shard(problems, 0, 1) == list(range(len(problems)))

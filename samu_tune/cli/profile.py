@@ -169,6 +169,20 @@ def _distributed(device: str) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+def _shard(problems: list, rank: int, world: int) -> list[int]:
+    """The indices of ``problems`` that ``rank`` of ``world`` tunes: shapes dealt round robin,
+    a shape's forward and train problems to the same rank (in the file's order), so that its
+    train tune finds the forward winner in the rank's cache."""
+    group: dict = {}
+    out = []
+    for i, p in enumerate(problems):
+        shape = p.model_copy(update={"backward": False}) if hasattr(p, "backward") else p
+        g = group.setdefault(shape.key(), len(group))
+        if g % world == rank:
+            out.append(i)
+    return out
+
+
 def _merge_ranks(rows_at: dict[int, ProfileRow], results: list[tuple[int, TuneResult]]
                  ) -> dict[int, ProfileRow]:
     """Every rank's rows and tune results gathered on every rank; each rank stores all the
@@ -223,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
     bw = timing.copy_bandwidth(torch.cuda.current_device()) if device == "cuda" else None
 
     rank, world = _distributed(device)
-    mine = [(i, p) for i, p in enumerate(problems) if i % world == rank]
+    mine = [(i, problems[i]) for i in _shard(problems, rank, world)]
     budget = args.budget
     if budget is None and device == "cuda" and not getattr(args, "exhaustive", False):
         budget = DEFAULT_BUDGET_S
@@ -244,8 +258,9 @@ def run(args: argparse.Namespace) -> int:
                               patience=getattr(args, "patience", None) or settings().tune_patience,
                               retime_rounds=reps, progress=progress.event)
                 if result.winner is not None:
-                    if world == 1:
-                        cache.record(result)
+                    # recorded at once: the same shape's train tune starts from this forward
+                    # winner (the tuner's priors); the ranks' merge writes the same entry again
+                    cache.record(result)
                     results.append((i, result))
                 row = row_from_result(result, dev, bw)
             rows_at[i] = row
