@@ -281,7 +281,9 @@ def _priors(problem: Problem, dev: DeviceInfo, runnable: list[Strategy],
     from samu_tune import cache
     by_name = {s.name: s for s in runnable}
     sig = dev.signature()
-    found: list[tuple[float, int, Strategy, BaseModel]] = []
+    # sorted by (distance, 0 for this problem's own entry / 1 for the same shape's forward
+    # entry / 2 for a neighbour's, user cache before shipped table)
+    found: list[tuple[float, int, int, Strategy, BaseModel]] = []
     for rank, shipped in enumerate((False, True)):
         try:
             near = cache.nearest(problem, sig, shipped=shipped, include_exact=True)
@@ -296,12 +298,12 @@ def _priors(problem: Problem, dev: DeviceInfo, runnable: list[Strategy],
             except (ValueError, TypeError):
                 continue
             if cfg in spaces[strat.name]:
-                found.append((dist, rank, strat, cfg))
-    found.extend((0.0, 2, strat, cfg)
+                found.append((dist, 0 if entry.key == problem.key() else 2, rank, strat, cfg))
+    found.extend((0.0, 1, 0, strat, cfg)
                  for strat, cfg in _forward_entry(problem, sig, by_name, spaces))
-    found.sort(key=lambda item: (item[0], item[1]))
+    found.sort(key=lambda item: item[:3])
     out: list[tuple[Strategy, BaseModel]] = []
-    for _, _, strat, cfg in found:
+    for _, _, _, strat, cfg in found:
         if not any(strat is s and cfg == c for s, c in out):
             out.append((strat, cfg))
         if len(out) >= limit:

@@ -84,3 +84,40 @@ def test_linear_scans_of_an_empty_dimension(shape):
     c = samu_tune.complex_scan(a.detach(), a.detach(), b.detach(), b.detach(),
                                output_final_state=True, reverse=True)
     assert c.real.shape == shape and c.final_state[0].shape == (shape[0], shape[2])
+
+
+def test_empty_inputs_keep_the_checks_and_return_new_tensors():
+    B, L, M = 2, 0, 4
+    args = [a.detach() for a in _scan_args(B, L, M, dtype=torch.float32)]
+    h0 = (torch.randn(B, M), torch.randn(B, M))
+    out = samu_tune.scan(*args, initial_state=h0, output_final_state=True)
+    assert out.final_state[0] is not h0[0] and out.final_state[0].data_ptr() != h0[0].data_ptr()
+    # the final state's dtype is a kernel's (fp32) whatever h0's
+    wide = (h0[0].double(), h0[1].double())
+    assert samu_tune.scan(*args, initial_state=wide,
+                          output_final_state=True).final_state[0].dtype == torch.float32
+    with pytest.raises(ValueError, match="unknown strategy"):
+        samu_tune.scan(*args, strategy="nope")
+    with pytest.raises(ValueError, match=r"initial_state\[0\] must have shape"):
+        samu_tune.scan(*args, initial_state=(torch.zeros(5, M), torch.zeros(5, M)))
+    layer = samu_tune.SAMU(modes=M)
+    with pytest.raises(ValueError, match=r"initial_state\[0\] must have shape"):
+        layer(torch.randn(B, 0, 2 * M), (torch.zeros(5, M), torch.zeros(5, M)))
+    with pytest.raises(ValueError, match=r"segment_pos must have shape"):
+        layer(torch.randn(B, 0, 2 * M), segment_pos=torch.zeros(B, 3, dtype=torch.int32))
+    # a packed row without tokens: every sequence's state is zero
+    y, (h_r, _) = layer(torch.randn(1, 0, 2 * M), cu_seqlens=torch.tensor([0, 0, 0]))
+    assert y.shape == (1, 0, 2 * M) and h_r.shape == (2, M) and not h_r.any()
+    lin = samu_tune.real_scan(torch.rand(B, 0, M), torch.rand(B, 0, M),
+                              initial_state=torch.randn(B, M, dtype=torch.float64),
+                              output_final_state=True)
+    assert lin.final_state.dtype == torch.float32
+
+
+def test_an_empty_batch_runs_no_step_loop():
+    import time
+    args = _scan_args(0, 20000, 4)
+    t = time.perf_counter()
+    out = samu_tune.scan(*args, output_final_state=True)
+    (out.real.float().sum() + out.final_state[0].sum()).backward()
+    assert out.real.shape == (0, 20000, 4) and time.perf_counter() - t < 2.0

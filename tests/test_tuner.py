@@ -316,3 +316,15 @@ def test_a_train_tune_starts_from_the_same_shapes_forward_entry(env, clock):
     train = samu_tune.tune(FWD.model_copy(update={"backward": True}), strategies=names, reps=1)
     assert [(c.strategy, c.config) for c in train.candidates[:2]] == picks
     assert [c.phase for c in train.candidates[:2]] == ["prior", "prior"]
+
+
+def test_the_forward_entry_comes_before_a_neighbour_at_the_same_distance(env, clock):
+    env.add(fake("grid", grid3_cost, config_model=Grid3Config), fake("flat", 1.5))
+    names = ["grid", "flat"]
+    forward = samu_tune.tune(FWD, strategies=names, reps=1, save=True)
+    # same B*M and L: distance 0 from FWD in the priors' space; its train winner is "flat"
+    twin = FWD.model_copy(update={"B": FWD.B * 2, "M": FWD.M // 2, "backward": True})
+    samu_tune.tune(twin, strategies=["flat"], reps=1, save=True)
+    train = samu_tune.tune(FWD.model_copy(update={"backward": True}), strategies=names, reps=1)
+    assert (train.candidates[0].strategy, train.candidates[0].config) == (
+        forward.winner.strategy, forward.winner.config)

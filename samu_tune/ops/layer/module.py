@@ -12,6 +12,7 @@ from samu_tune.ops.layer.problem import LayerProblem
 from samu_tune.ops.layer import fused, unfused
 from samu_tune.ops.decode.step import ConstantsCache, Decoder
 from samu_tune.ops.layer.reference import SAMUParams, State, layer_reference, needs_grad
+from samu_tune.ops.scan.validation import validate
 
 LayerStrategy = Literal["auto", "unfused", "fused"]
 _assume_constant = getattr(torch.compiler, "assume_constant_result", lambda f: f)
@@ -123,6 +124,12 @@ class SAMU(nn.Module):
         self._check_x(x, 3, "B, L, 2M")
         params = self.params()
         if cu_seqlens is None and not x.numel():        # B or L = 0: no kernel to run
+            B, L, _ = x.shape
+            # the scan's checks of the state and segment_pos (their errors as a call with
+            # tokens raises them)
+            validate(x.new_empty(B, L), x.new_empty(B, L), params.nu_log, params.theta_log,
+                     x.new_empty(B, L, self.modes), x.new_empty(B, L, self.modes),
+                     initial_state=state, segment_pos=segment_pos)
             return layer_reference(x, params, initial_state=state, segment_pos=segment_pos)
         if cu_seqlens is None and self.strategy != "unfused":
             if is_compiling():

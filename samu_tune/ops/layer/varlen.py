@@ -120,6 +120,9 @@ def _sequence_states(real: torch.Tensor, imag: torch.Tensor, cu_seqlens: torch.T
                      reverse: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(h_r, h_i) [N, M] fp32: each sequence's state after its last scanned token."""
     cu = cu_seqlens.long()
+    if not real.shape[1]:                # no token at all: every sequence's state is zero
+        zero = real.new_zeros(cu.numel() - 1, real.shape[2], dtype=torch.float32)
+        return zero, zero.clone()
     nonempty = (cu[1:] > cu[:-1])[:, None]                               # [N, 1]
     index = (cu[:-1] if reverse else cu[1:] - 1).clamp(0, real.shape[1] - 1)
     pick = lambda t: torch.where(nonempty, t[0, index].float(), 0.0)     # noqa: E731

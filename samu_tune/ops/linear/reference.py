@@ -28,12 +28,16 @@ def linear_scan_reference(a: Pair, b: Pair, h0: Optional[Pair], *, reverse: bool
 
     av, bv = as_complex(a), as_complex(b)
     h = as_complex(h0) if h0 is not None else torch.zeros(B, D, dtype=av.dtype, device=av.device)
-    outs = [None] * L
-    for t in (range(L - 1, -1, -1) if reverse else range(L)):
-        h = av[:, t] * h + bv[:, t]
-        outs[t] = h
-    # L = 0: empty outputs in the graph of a and b; h0 passes through
-    out = torch.stack(outs, dim=1) if L else bv + 0 * av
+    if not (B and L and D):
+        # empty: outputs and final state new tensors in the graph of a and b (and h0); with
+        # L = 0 the state passes through
+        out, h = bv + 0 * av, h + 0
+    else:
+        outs = [None] * L
+        for t in (range(L - 1, -1, -1) if reverse else range(L)):
+            h = av[:, t] * h + bv[:, t]
+            outs[t] = h
+        out = torch.stack(outs, dim=1)
     if complex_:
         return (Pair(out.real.to(b.r.dtype), out.imag.to(b.r.dtype)), Pair(h.real, h.imag))
     return Pair(out.to(b.r.dtype)), Pair(h)

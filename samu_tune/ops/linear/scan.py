@@ -189,7 +189,11 @@ def choice(a: Pair, b: Pair, h0: Optional[Pair], reverse: bool, strategy: Strate
 def _scan(a: Pair, b: Pair, h0: Optional[Pair], reverse: bool, strategy: StrategyArg,
           B: int, L: int, D: int) -> tuple[Pair, Pair]:
     if not (B and L and D):              # an empty dimension: no kernel to run
-        return linear_scan_reference(a, b, h0, reverse=reverse)
+        out, last = linear_scan_reference(a, b, h0, reverse=reverse)
+        if not any(t is not None and t.dtype == torch.float64 for t in (*a, *b)):
+            # the final state fp32 as a kernel's, whatever h0's dtype
+            last = Pair(*(None if t is None else t.float() for t in last))
+        return out, last
     if is_compiling():
         return _scan_traced(a, b, h0, reverse, strategy)
     name, cfg = choice(a, b, h0, reverse, strategy)

@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 from pydantic import BaseModel
 
-from samu_tune import dispatch
+from samu_tune import dispatch, registry
 from samu_tune.dispatch import Decision, StrategyArg
 from samu_tune.explanation import Explanation, explain_problem
 from samu_tune.ops.scan.problem import ScanProblem
@@ -83,20 +83,40 @@ def _scan(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
     inputs = validate(eta, delta, nu_log, theta_log, br, bi, initial_state=initial_state,
                       segment_pos=segment_pos, output_final_state=output_final_state)
     if not inputs.br.numel():
-        return _reference(inputs)
+        _check_strategy(strategy)
+        return _reference(inputs, empty=True)
     decision = decide(inputs, strategy)
     return run(decision.strategy, decision.config, inputs)
 
 
-def _reference(inputs: ScanInputs) -> ScanOutput:
+def _check_strategy(strategy: StrategyArg) -> None:
+    """A strategy argument checked without a problem (an empty input has none): a registered
+    name, or (name, config) whose config parses; the errors :func:`scan` raises otherwise."""
+    if isinstance(strategy, str):
+        if strategy != "auto":
+            registry.get(strategy)
+    elif isinstance(strategy, (tuple, list)) and len(strategy) == 2:
+        registry.get(strategy[0]).parse_config(strategy[1])
+    else:
+        raise TypeError(f"strategy must be 'auto', a strategy name or (name, config), "
+                        f"got {strategy!r}")
+
+
+def _reference(inputs: ScanInputs, empty: bool = False) -> ScanOutput:
     """The torch reference on validated inputs: float64, CPU tensors without the interpreter
-    under torch.compile, and empty inputs (B, L or M = 0: no kernel, no dispatch; empty
-    outputs, and the final state is the initial one, or zeros)."""
+    under torch.compile, and empty inputs (``empty``: B, L or M = 0; no kernel, no dispatch;
+    empty outputs, the final state the initial one, or zeros, in the dtype a kernel's would
+    have: float64 only when the scan's inputs are, whatever h0's dtype)."""
     from samu_tune.ops.scan.reference import scan_reference
+    dtype = None
+    if empty:
+        wide = (inputs.eta, inputs.delta, inputs.nu_log, inputs.theta_log, inputs.br, inputs.bi)
+        dtype = (torch.float64 if any(t.dtype == torch.float64 for t in wide)
+                 else torch.float32)
     return scan_reference(inputs.eta, inputs.delta, inputs.nu_log, inputs.theta_log, inputs.br,
                           inputs.bi, initial_state=inputs.initial_state,
                           segment_pos=inputs.segment_pos,
-                          output_final_state=inputs.output_final_state)
+                          output_final_state=inputs.output_final_state, dtype=dtype)
 
 
 def _scan_traced(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
@@ -108,8 +128,10 @@ def _scan_traced(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_p
                       segment_pos=segment_pos, output_final_state=output_final_state)
     if (strategy == "reference" or inputs.br.dtype == torch.float64
             or inputs.eta.dtype == torch.float64 or inputs.nu_log.dtype == torch.float64
-            or (not inputs.br.is_cuda and not settings().interpret) or not inputs.br.numel()):
+            or (not inputs.br.is_cuda and not settings().interpret)):
         return _reference(inputs)
+    if not inputs.br.numel():
+        return _reference(inputs, empty=True)
     if not library.operators_serve(strategy_string(strategy)):
         return _scan_eager(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
                            output_final_state, strategy)

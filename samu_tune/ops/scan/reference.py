@@ -58,17 +58,17 @@ def scan_reference(eta: torch.Tensor, delta: torch.Tensor, nu_log: torch.Tensor,
     else:
         hr = torch.zeros(B, M, dtype=dtype, device=br.device)
         hi = torch.zeros_like(hr)
+    if not (B and L and M):
+        # empty: outputs and final state new tensors in the graph of every input; with L = 0
+        # the state passes through
+        return ScanOutput((wr + 0 * ar).to(br.dtype), (wi + 0 * ai).to(bi.dtype),
+                          (hr + 0, hi + 0) if output_final_state else None)
     outs_r, outs_i = [], []
     for t in range(L):
         a_r, a_i = ar[:, t], ai[:, t]
         hr, hi = a_r * hr - a_i * hi + wr[:, t], a_i * hr + a_r * hi + wi[:, t]
         outs_r.append(hr)
         outs_i.append(hi)
-    if not outs_r:
-        # L = 0: empty outputs (new tensors, in the graph of every input), the state passes
-        # through
-        return ScanOutput((wr + 0 * ar).to(br.dtype), (wi + 0 * ai).to(bi.dtype),
-                          (hr, hi) if output_final_state else None)
     out_r = torch.stack(outs_r, dim=1).to(br.dtype)
     out_i = torch.stack(outs_i, dim=1).to(br.dtype)
     return ScanOutput(out_r, out_i, (hr, hi) if output_final_state else None)
