@@ -116,6 +116,29 @@ def test_outputs_that_alias_inputs_are_refused():
             layer.step(x, state, state_out=(torch.empty(2, 5), fresh[1]))
 
 
+def test_the_generation_loop_checks_its_buffers_once_and_every_new_x():
+    # the in-place loop's buffers are checked on the first step, then only a new x against
+    # them: an x that is (part of) out or the state is still refused, a changed buffer is
+    # checked in full again
+    layer = _layer()
+    x, state = _token(2, 6)
+    out = torch.empty_like(x)
+    with torch.no_grad():
+        layer.step(x, state, out=out, state_out=state)
+        layer.step(x.clone(), state, out=out, state_out=state)       # the remembered path
+        with pytest.raises(ValueError, match="out overlaps x"):
+            layer.step(out, state, out=out, state_out=state)
+        both = torch.empty(2 * 2 * 6 + 2 * 12)
+        h_r = both[:12].view(2, 6)
+        layer.step(x, (h_r, state[1]), out=out, state_out=(h_r, state[1]))
+        with pytest.raises(ValueError, match="overlaps x"):
+            layer.step(both[:24].view(2, 12), (h_r, state[1]), out=out,
+                       state_out=(h_r, state[1]))
+        out.resize_(2, 10)
+        with pytest.raises(ValueError, match="out must be a contiguous"):
+            layer.step(x, state, out=out, state_out=state)
+
+
 def test_changing_the_strategy_takes_effect():
     layer = _layer()
     x, state = _token(2, 6)

@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict
 from samu_tune.library import is_compiling
 from samu_tune import dispatch, intmath
 from samu_tune.kernels import decode as kernels
+from samu_tune.ops.decode import checks
 from samu_tune.ops.decode.problem import DecodeProblem
 from samu_tune.problem import dtype_name
 from samu_tune.settings import settings
@@ -251,73 +252,6 @@ def launch_plan(name: str, cfg: DecodeConfig, B: int, M: int, has_state: bool) -
     return _Plan(name, M, (intmath.cdiv(tiles, per_program), B), per_program, meta)
 
 
-def _check_buffer(what: str, t: torch.Tensor, shape: tuple, dtype: torch.dtype,
-                  device: torch.device) -> int:
-    """Raise unless t is a contiguous ``dtype`` tensor of ``shape`` on ``device``; its address."""
-    if (not isinstance(t, torch.Tensor) or t.shape != shape or t.dtype != dtype
-            or t.device != device or not t.is_contiguous()):
-        got = (f"{list(t.shape)} {t.dtype} on {t.device}, contiguous={t.is_contiguous()}"
-               if isinstance(t, torch.Tensor) else type(t).__name__)
-        raise ValueError(f"{what} must be a contiguous {dtype} tensor of shape {list(shape)} "
-                         f"on {device}, got {got}")
-    return t.data_ptr()
-
-
-def _check_outputs(x: torch.Tensor, state: Optional[State], out: Optional[torch.Tensor],
-                   state_out: Optional[State], M: int) -> None:
-    """Shapes, dtypes, and aliasing: out overlaps nothing; state_out[i] is state[i] or new.
-
-    Compares the byte ranges [start, end) of contiguous extents; a non-contiguous x or state
-    is copied before the launch, so only contiguous inputs can alias an output.  An entry is
-    (start, end, tag): equal tags mark state[i] and state_out[i], the one allowed alias.
-    """
-    B = x.shape[0]
-    p = x.data_ptr()
-    inputs = [(p, p + x.numel() * x.element_size(), "x")]
-    if state is not None:
-        for i, s in enumerate(state):
-            p = s.data_ptr()
-            inputs.append((p, p + s.numel() * s.element_size(), i))
-    outputs = []
-    if state_out is not None:
-        if not isinstance(state_out, (tuple, list)) or len(state_out) != 2:
-            raise ValueError("state_out must be a pair (h_r, h_i) of fp32 [B, M] tensors")
-        for i, s in enumerate(state_out):
-            p = _check_buffer(f"state_out[{i}]", s, (B, M), torch.float32, x.device)
-            outputs.append((p, p + B * M * 4, i))
-    if out is not None:
-        p = _check_buffer("out", out, (B, 2 * M), x.dtype, x.device)
-        outputs.append((p, p + out.numel() * out.element_size(), "out"))
-    for k, (o0, o1, otag) in enumerate(outputs):
-        for p0, p1, ptag in inputs + outputs[k + 1:]:
-            if o0 < p1 and p0 < o1 and not (otag == ptag and o0 == p0 and o1 == p1):
-                def name(tag, prefix):
-                    return tag if isinstance(tag, str) else f"{prefix}[{tag}]"
-                other = name(ptag, "state" if (p0, p1, ptag) in inputs else "state_out")
-                raise ValueError(f"{name(otag, 'state_out')} overlaps {other}: an output may "
-                                 "only be its own state (state_out[i] = state[i], in place)")
-
-
-def _check_inputs(x: torch.Tensor, M: int, state: Optional[State]) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if x.ndim != 2 or x.shape[1] != 2 * M:
-        raise ValueError(f"x must have shape [B, 2M] with 2M = {2 * M}, got {list(x.shape)}")
-    if not x.is_floating_point():
-        raise TypeError(f"x must be floating point, got {x.dtype}")
-    if state is not None:
-        if len(state) != 2:
-            raise ValueError("state must be a pair (h_r, h_i) of [B, M] tensors")
-        shape, device = (x.shape[0], M), x.device
-        for i, s in enumerate(state):
-            if s.shape != shape:
-                raise ValueError(f"state[{i}] must have shape [B, M] = {list(shape)}, "
-                                 f"got {list(s.shape)}")
-            if s.device != device:
-                raise ValueError(f"x and state must be on one device, got {x.device} and "
-                                 f"{s.device}")
-
-
 class Decoder:
     """Decode steps of one layer: the constants cache and the resolved launch plans.
 
@@ -331,6 +265,7 @@ class Decoder:
         self.constants = ConstantsCache()
         self._plans: dict = {}
         self._strategy: object = None
+        self._outputs = checks.OutputsChecked()
 
     def clear(self) -> None:
         """Forget the constants and plans (after a parameter write torch cannot see)."""
@@ -347,9 +282,9 @@ class Decoder:
              strategy: StrategyArg = "auto", out: Optional[torch.Tensor] = None,
              state_out: Optional[State] = None) -> tuple[torch.Tensor, State]:
         M = params.modes
-        _check_inputs(x, M, state)
+        checks.check_inputs(x, M, state)
         if (out is not None or state_out is not None) and not is_compiling():
-            _check_outputs(x, state, out, state_out, M)
+            self._outputs.check(x, state, out, state_out, M)
         if needs_grad(x, params, state):
             plan_name = strategy if isinstance(strategy, str) else strategy[0]
             if plan_name not in ("auto", "reference"):
