@@ -10,14 +10,21 @@ import torch
 from samu_tune.settings import settings
 
 
+# the sizes passed as separate arguments and ``empty_like``: each ~0.4 us less host time
+# than a shape tuple or a shape read from the tensor (development CPU)
+
 def empty(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     if settings().poison:
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
-    return torch.empty(shape, dtype=dtype, device=device)
+    return torch.empty(*shape, dtype=dtype, device=device) if shape else \
+        torch.empty((), dtype=dtype, device=device)
 
 
 def empty_like(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    return empty(*t.shape, dtype=dtype or t.dtype, device=t.device)
+    """Uninitialised, contiguous, ``t``'s shape and device (and dtype unless given)."""
+    if settings().poison:
+        return torch.full(t.shape, float("nan"), dtype=dtype or t.dtype, device=t.device)
+    return torch.empty_like(t, dtype=dtype, memory_format=torch.contiguous_format)
 
 
 def empty_strided(shape: tuple[int, ...], strides: tuple[int, ...], *, dtype: torch.dtype,
