@@ -121,3 +121,8 @@ def test_an_empty_batch_runs_no_step_loop():
     out = samu_tune.scan(*args, output_final_state=True)
     (out.real.float().sum() + out.final_state[0].sum()).backward()
     assert out.real.shape == (0, 20000, 4) and time.perf_counter() - t < 2.0
+
+
+def test_explain_says_an_empty_input_runs_the_reference():
+    with pytest.raises(ValueError, match="runs the torch reference"):
+        samu_tune.explain(*[a.detach() for a in _scan_args(2, 0, 4)])

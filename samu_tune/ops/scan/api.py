@@ -167,5 +167,8 @@ def explain(*args, strategy: StrategyArg = "auto", policy: Optional[str] = None,
     if len(args) == 1 and not kwargs and isinstance(args[0], tuple(problem_types().values())):
         return explain_problem(args[0], strategy=strategy, policy=policy)
     inputs = validate(*args, **kwargs)
+    if not inputs.br.numel():
+        raise ValueError(f"nothing to explain for br of shape {list(inputs.br.shape)}: with "
+                         "B, L or M = 0 scan runs the torch reference (no dispatch, no kernel)")
     return explain_problem(problem_of(inputs), strategy=strategy, policy=policy,
                                     device=inputs.br.device)
