@@ -11,7 +11,8 @@ def _scan_args(B, L, M, dtype=torch.bfloat16):
     g = torch.Generator().manual_seed(0)
     args = [torch.randn(B, L, generator=g) * 0.5, torch.randn(B, L, generator=g) * 0.5,
             -torch.rand(M, generator=g) - 0.1, torch.rand(M, generator=g),
-            torch.randn(B, L, M, generator=g).to(dtype), torch.randn(B, L, M, generator=g).to(dtype)]
+            torch.randn(B, L, M, generator=g).to(dtype),
+            torch.randn(B, L, M, generator=g).to(dtype)]
     return [a.requires_grad_(True) for a in args]
 
 

@@ -96,7 +96,8 @@ def test_verification_launches_the_binaries_timing_launches(problem):
         if strategy.name == "reference" or strategy.reasons(problem):
             continue
         configs = strategy.configs(problem)
-        for config in [strategy.default_config(problem), *rng.sample(configs, min(2, len(configs)))]:
+        sample = rng.sample(configs, min(2, len(configs)))
+        for config in [strategy.default_config(problem), *sample]:
             small = spec.verification_problem(problem, strategy, config)
             if small == problem:
                 continue
