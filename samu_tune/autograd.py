@@ -145,8 +145,7 @@ def grad_outputs(shape: tuple[int, int, int], b_dtypes: tuple[torch.dtype, torch
     B, L, M = shape
     grad_b = (_alloc.empty(B, L, M, dtype=b_dtypes[0], device=device),
               _alloc.empty(B, L, M, dtype=b_dtypes[1], device=device))
-    gh0 = ((_alloc.empty(B, M, dtype=torch.float32, device=device),
-            _alloc.empty(B, M, dtype=torch.float32, device=device)) if has_h0 else (None, None))
+    gh0 = pair(B, M, dtype=torch.float32, device=device) if has_h0 else (None, None)
     return grad_b, gh0
 
 
@@ -246,9 +245,8 @@ def scan_function(name: str, doc: str, *, forward_launch: Callable[..., Optional
 
     def forward(ctx, plan, seg, eta, delta, nu_log, theta_log, br, bi, h0_r, h0_i):
         B, L, M = br.shape
-        out_r, out_i = _alloc.empty_like(br), _alloc.empty_like(bi)
-        last_r = _alloc.empty(B, M, dtype=torch.float32, device=br.device)
-        last_i = _alloc.empty(B, M, dtype=torch.float32, device=br.device)
+        out_r, out_i = output_pair(br, bi)
+        last_r, last_i = pair(B, M, dtype=torch.float32, device=br.device)
         aux = forward_launch(plan, seg, eta, delta, nu_log, theta_log, br, bi, (h0_r, h0_i),
                              (out_r, out_i), (last_r, last_i))
         ctx.plan = plan

@@ -159,14 +159,19 @@ def _rule(problem: Problem, dev: DeviceInfo) -> Decision:
     return Decision(choice.strategy, choice.config, "rule", None, choice.why)
 
 
-def _forced(problem: Problem, strategy: StrategyArg, dev: DeviceInfo) -> Decision:
+def split_strategy(strategy: StrategyArg) -> tuple[str, object]:
+    """(name, config or None) of a strategy argument other than ``"auto"``; TypeError for any
+    other form."""
     if isinstance(strategy, str):
-        name, config = strategy, None
-    elif isinstance(strategy, (tuple, list)) and len(strategy) == 2:
-        name, config = strategy
-    else:
-        raise TypeError(f"strategy must be 'auto', a strategy name or (name, config), "
-                        f"got {strategy!r}")
+        return strategy, None
+    if isinstance(strategy, (tuple, list)) and len(strategy) == 2:
+        return strategy[0], strategy[1]
+    raise TypeError(f"strategy must be 'auto', a strategy name or (name, config), "
+                    f"got {strategy!r}")
+
+
+def _forced(problem: Problem, strategy: StrategyArg, dev: DeviceInfo) -> Decision:
+    name, config = split_strategy(strategy)
     strat = registry.get(name, problem.op)
     reasons = strat.reasons(problem, dev)
     if reasons:

@@ -30,12 +30,12 @@ Pipeline of :func:`tune`:
    the same shape's forward entry right after its own entry; at most ``prior_top`` distinct
    candidates that can run this problem) -- what was fast at a neighbouring shape is the best
    first guess, and it is timed before anything else in case the budget runs out (on a cold
-   compile cache the screening alone can exceed a few seconds).  Then each eligible strategy's default config
-   is screened, then the best ``refine_top`` strategies are refined by coordinate descent (one
-   config field at a time, from the strategy's best config so far, until no field improves).
-   ``budget_s`` stops starting new candidates once exceeded, ``max_configs`` caps how many are
-   evaluated; ``exhaustive=True`` evaluates the whole space instead (to measure how close the
-   search gets).
+   compile cache the screening alone can exceed a few seconds).  Then each eligible
+   strategy's default config is screened, then the best ``refine_top`` strategies are
+   refined by coordinate descent (one config field at a time, from the strategy's best
+   config so far, until no field improves).  ``budget_s`` stops starting new candidates once
+   exceeded, ``max_configs`` caps how many are evaluated; ``exhaustive=True`` evaluates the
+   whole space instead (to measure how close the search gets).
 5. **Re-timing.**  The best ``retime_top`` candidates are re-timed interleaved (round robin)
    and their final time is the median of those samples; the winner is the fastest and
    ``margin`` is ``runner_up.time_ms / winner.time_ms - 1``.
@@ -290,15 +290,9 @@ def _priors(problem: Problem, dev: DeviceInfo, runnable: list[Strategy],
         except Exception:  # an unreadable table never stops tuning
             continue
         for dist, entry in near:
-            strat = by_name.get(entry.strategy)
-            if strat is None:
-                continue
-            try:
-                cfg = strat.parse_config(entry.config)
-            except (ValueError, TypeError):
-                continue
-            if cfg in spaces[strat.name]:
-                found.append((dist, 0 if entry.key == problem.key() else 2, rank, strat, cfg))
+            held = _held(entry.strategy, entry.config, by_name, spaces)
+            if held is not None:
+                found.append((dist, 0 if entry.key == problem.key() else 2, rank, *held))
     found.extend((0.0, 1, 0, strat, cfg)
                  for strat, cfg in _forward_entry(problem, sig, by_name, spaces))
     found.sort(key=lambda item: item[:3])
@@ -309,6 +303,21 @@ def _priors(problem: Problem, dev: DeviceInfo, runnable: list[Strategy],
         if len(out) >= limit:
             break
     return out
+
+
+def _held(name: str, config: dict, by_name: dict[str, Strategy],
+          spaces: dict[str, list[BaseModel]]) -> Optional[tuple[Strategy, BaseModel]]:
+    """(strategy, config) of a stored pick when this search space holds it, else None (a
+    strategy that cannot run this problem, a config that no longer parses or is out of the
+    space)."""
+    strat = by_name.get(name)
+    if strat is None:
+        return None
+    try:
+        cfg = strat.parse_config(config)
+    except (ValueError, TypeError):
+        return None
+    return (strat, cfg) if cfg in spaces[strat.name] else None
 
 
 def _forward_entry(problem: Problem, sig: str, by_name: dict[str, Strategy],
@@ -325,23 +334,16 @@ def _forward_entry(problem: Problem, sig: str, by_name: dict[str, Strategy],
     out = []
     for shipped in (False, True):
         try:
-            near = cache.nearest(forward, sig, shipped=shipped, include_exact=True)
+            entry = cache.lookup(forward, sig, shipped=shipped)
         except Exception:  # an unreadable table never stops tuning
             continue
-        for _, entry in near:
-            if entry.key != forward.key():
-                continue
-            picks = [(entry.strategy, entry.config)]
-            if entry.runner_up is not None:
-                picks.append((entry.runner_up.strategy, entry.runner_up.config))
-            for name, config in picks:
-                strat = by_name.get(name)
-                try:
-                    cfg = None if strat is None else strat.parse_config(config)
-                except (ValueError, TypeError):
-                    continue
-                if cfg is not None and cfg in spaces[strat.name]:
-                    out.append((strat, cfg))
+        if entry is None:
+            continue
+        picks = [(entry.strategy, entry.config)]
+        if entry.runner_up is not None:
+            picks.append((entry.runner_up.strategy, entry.runner_up.config))
+        out += [held for held in (_held(n, c, by_name, spaces) for n, c in picks)
+                if held is not None]
     return out
 
 

@@ -11,7 +11,6 @@ kernels not run, on the verification problem and on the real one, and the two se
 equal.  The layer op verifies in float32 on purpose (``samu_tune/ops/layer/spec.py``), so its
 timed bf16 binaries are other binaries; it is not checked here.
 """
-import contextlib
 import json
 import random
 
@@ -21,57 +20,43 @@ from samu_tune import opspec, registry
 from samu_tune.ops.decode.problem import DecodeProblem
 from samu_tune.ops.linear.problem import LinearProblem
 from samu_tune.ops.scan.problem import ScanProblem
-from tools.compile_check import _signature, describe
+from tools.compile_check import _signature, recording
 
 
-@contextlib.contextmanager
-def _recorded(seen: set):
-    """Every interpreted launch's compile key into ``seen``; the kernels are not run (their
-    outputs are garbage: only the launches matter)."""
-    import triton.runtime.interpreter as interp
+def _compile_keys(launches) -> set:
+    """Each recorded launch as Triton's compiler sees it: signature, constants, divisibility
+    attributes and options."""
+    import importlib
+
     from triton.runtime.jit import JITFunction
-
-    original = interp.InterpretedFunction.run
-    jitted: dict = {}
-
-    def run(self, *args, grid, warmup, **kwargs):
-        names = self.arg_names
-        bound = dict(zip(names, args))
-        bound.update(kwargs)
-        launch = {"args": {k: describe(v) for k, v in bound.items() if k in names},
-                  "options": {k: v for k, v in kwargs.items() if k not in names}}
-        fn = jitted.get(self.fn)
-        if fn is None:
-            fn = jitted[self.fn] = JITFunction(self.fn, **{
-                k: v for k, v in self.kwargs.items()
-                if k in ("do_not_specialize", "do_not_specialize_on_alignment")})
+    keys = set()
+    for launch in launches:
+        interpreted = getattr(importlib.import_module(launch["module"]), launch["name"])
+        fn = JITFunction(interpreted.fn, **{
+            k: v for k, v in interpreted.kwargs.items()
+            if k in ("do_not_specialize", "do_not_specialize_on_alignment")})
         sig, const, attrs = _signature(fn, launch)
-        seen.add(json.dumps([self.fn.__qualname__, sig, {k: repr(v) for k, v in const.items()},
+        keys.add(json.dumps([launch["name"], sig, {k: repr(v) for k, v in const.items()},
                              {repr(k): v for k, v in attrs.items()}, launch["options"]],
                             sort_keys=True))
-
-    interp.InterpretedFunction.run = run
-    try:
-        yield seen
-    finally:
-        interp.InterpretedFunction.run = original
+    return keys
 
 
 def _launches(spec, problem, strategy, config, *, verification: bool) -> set:
     """The compile keys of a candidate's verification (``spec.verify`` on ``problem``) or of
     its timed call (the op's step at ``problem``)."""
-    seen: set = set()
+    seen: dict = {}
     fn = lambda inp: strategy.run(inp, config)                    # noqa: E731
     if verification:
         inputs = spec.random_inputs(problem, seed=0, device="cpu")
         reference = spec.expected(inputs, problem, seed=0)
-        with _recorded(seen):
+        with recording(seen, execute=False):
             spec.verify(fn, inputs, problem, seed=0, reference=reference)
     else:
         step = spec.make_step(problem, "cpu", pool=1, seed=1000)
-        with _recorded(seen):
+        with recording(seen, execute=False):
             step(fn, step.pools[0])
-    return seen
+    return _compile_keys(seen.values())
 
 
 _PROBLEMS = [

@@ -89,10 +89,10 @@ def describe(v) -> dict:
 
 
 @contextlib.contextmanager
-def recording(seen: dict):
+def recording(seen: dict, execute: bool = True):
     """Under the interpreter: every kernel launch inside the block recorded into ``seen``
     (one entry per distinct launch: module, kernel, described arguments, options); the
-    kernels still run."""
+    kernels still run unless ``execute`` is False (their outputs are then garbage)."""
     import triton.runtime.interpreter as interp
 
     original = interp.InterpretedFunction.run
@@ -106,7 +106,8 @@ def recording(seen: dict):
                   "args": {k: describe(v) for k, v in bound.items() if k in names},
                   "options": {k: v for k, v in kwargs.items() if k not in names}}
         seen.setdefault(json.dumps(launch, sort_keys=True), launch)
-        return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+        if execute:
+            return original(self, *args, grid=grid, warmup=warmup, **kwargs)
 
     interp.InterpretedFunction.run = run
     try:

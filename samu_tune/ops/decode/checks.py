@@ -7,7 +7,7 @@ buffers once checked and then compares only the new x with them.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -81,6 +81,23 @@ def check_inputs(x: torch.Tensor, M: int, state: Optional[State]) -> None:
                                  f"{s.device}")
 
 
+class _Checked(NamedTuple):
+    """The in-place loop's buffers as last checked, and where their bytes lie."""
+
+    out: torch.Tensor
+    h_r: torch.Tensor
+    h_i: torch.Tensor
+    x_shape: torch.Size
+    device: torch.device
+    out_shape: torch.Size
+    spans: tuple[tuple[int, int], ...]      # [start, end) of out, h_r, h_i
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    p = t.data_ptr()
+    return p, p + t.numel() * t.element_size()
+
+
 class OutputsChecked:
     """:func:`check_outputs`, remembered for the in-place generation loop: the same ``out`` and
     ``state_out`` tensors as the last checked call, ``state_out`` being ``state`` itself, at
@@ -91,29 +108,27 @@ class OutputsChecked:
     __slots__ = ("_last",)
 
     def __init__(self) -> None:
-        self._last: Optional[tuple] = None
+        self._last: Optional[_Checked] = None
 
     def check(self, x: torch.Tensor, state: Optional[State], out: Optional[torch.Tensor],
               state_out: Optional[State], M: int) -> None:
         last = self._last
         if (last is not None and state is not None and state_out is not None
-                and out is last[0] and state[0] is last[1] and state[1] is last[2]
-                and len(state_out) == 2 and state_out[0] is last[1] and state_out[1] is last[2]
-                and x.shape == last[3] and x.dtype == out.dtype and x.device == last[4]
-                and out.shape == last[5] and out.data_ptr() == last[6]
-                and last[1].data_ptr() == last[8] and last[2].data_ptr() == last[10]):
-            x0 = x.data_ptr()
-            x1 = x0 + x.numel() * x.element_size()
-            o0, o1, r0, r1, i0, i1 = last[6:]
-            if not (x0 < o1 and o0 < x1) and not (x0 < r1 and r0 < x1) \
-                    and not (x0 < i1 and i0 < x1):
-                return
+                and out is last.out and state[0] is last.h_r and state[1] is last.h_i
+                and len(state_out) == 2 and state_out[0] is last.h_r
+                and state_out[1] is last.h_i and x.shape == last.x_shape
+                and x.dtype == out.dtype and x.device == last.device
+                and out.shape == last.out_shape):
+            (o0, o1), (r0, r1), (i0, i1) = last.spans
+            if (out.data_ptr() == o0 and last.h_r.data_ptr() == r0
+                    and last.h_i.data_ptr() == i0):
+                x0, x1 = _span(x)
+                if not (x0 < o1 and o0 < x1) and not (x0 < r1 and r0 < x1) \
+                        and not (x0 < i1 and i0 < x1):
+                    return
         self._last = None
         check_outputs(x, state, out, state_out, M)
         if (state is not None and state_out is not None and out is not None
                 and state_out[0] is state[0] and state_out[1] is state[1]):
-            # a later x's bytes [x0, x1) are compared with each buffer's [start, end)
-            spans = [(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size())
-                     for t in (out, state[0], state[1])]
-            self._last = (out, state[0], state[1], x.shape, x.device, out.shape,
-                          *spans[0], *spans[1], *spans[2])
+            self._last = _Checked(out, state[0], state[1], x.shape, x.device, out.shape,
+                                  (_span(out), _span(state[0]), _span(state[1])))

@@ -92,14 +92,12 @@ def _scan(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
 def _check_strategy(strategy: StrategyArg) -> None:
     """A strategy argument checked without a problem (an empty input has none): a registered
     name, or (name, config) whose config parses; the errors :func:`scan` raises otherwise."""
-    if isinstance(strategy, str):
-        if strategy != "auto":
-            registry.get(strategy)
-    elif isinstance(strategy, (tuple, list)) and len(strategy) == 2:
-        registry.get(strategy[0]).parse_config(strategy[1])
-    else:
-        raise TypeError(f"strategy must be 'auto', a strategy name or (name, config), "
-                        f"got {strategy!r}")
+    if strategy == "auto":
+        return
+    name, config = dispatch.split_strategy(strategy)
+    strat = registry.get(name)
+    if config is not None:
+        strat.parse_config(config)
 
 
 def _reference(inputs: ScanInputs, empty: bool = False) -> ScanOutput:
