@@ -65,6 +65,8 @@ _PROBLEMS = [
     ScanProblem(B=3, L=777, M=96, dtype="bfloat16", backward=True, initial_state=True,
                 final_state=True),
     ScanProblem(B=1, L=640, M=300, dtype="float32", backward=False),
+    # grouped's default (16 chunk maps a group) is verified at L 1024 + 2100 % 64, not 256 + ...
+    ScanProblem(B=2, L=2100, M=128, dtype="bfloat16", backward=True),
     # linear: n_chunks 1 on the verification problem, a multiple of 16 here
     LinearProblem(B=1, L=1024, D=256, dtype="bfloat16", a_dtype="float32", complex=True),
     LinearProblem(B=16, L=300, D=96, dtype="float32", reverse=True),

@@ -210,6 +210,13 @@ def test_verification_problem_is_small_unless_the_config_needs_the_real_shape(en
     needs_m = fake("needs_m", valid=lambda p, cfg: p.M == 200)
     v = verification_problem(big, needs_m, needs_m.default_config(big))
     assert (v.B, v.L, v.M) == (2, 260, 200)
+    # a config that needs many chunks: L doubled (tail kept) until valid, not the real L
+    needs_l = fake("needs_l", valid=lambda p, cfg: p.L >= 1000)
+    v = verification_problem(big, needs_l, needs_l.default_config(big))
+    assert (v.B, v.L, v.M) == (2, 1024 + 4100 % 64, 32 + 200 % 32)
+    needs_long = fake("needs_long", valid=lambda p, cfg: p.L >= 4000 and p.M == 200)
+    v = verification_problem(big, needs_long, needs_long.default_config(big))
+    assert (v.B, v.L, v.M) == (2, 4100, 200)
     needs_all = fake("needs_all", valid=lambda p, cfg: p.L == 4100 and p.B == 8)
     assert verification_problem(big, needs_all, needs_all.default_config(big)) == big
     tiny = ScanProblem(B=1, L=7, M=64, device="cpu")

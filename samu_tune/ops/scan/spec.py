@@ -29,15 +29,22 @@ def verification_problem(problem: ScanProblem, strategy: Strategy, config: BaseM
                          device: Optional[DeviceInfo] = None) -> ScanProblem:
     """The problem a candidate is verified on (see :mod:`samu_tune.tuner` for the choice):
     B <= 2, L kept when <= 320 else 256 + L % 64, M kept when <= 64 else 64 (M % 32 == 0) or
-    32 + M % 32; the real M, then the real L, then the real shape when the candidate's config
-    is not valid for (or its strategy not eligible at) the smaller one."""
+    32 + M % 32.  When the candidate's config is not valid for (or its strategy not eligible
+    at) that shape: the real M, then L doubled (512 + L % 64, 1024 + L % 64, ... below the
+    real L; a config that needs many chunks, e.g. a grouped prefix of 16 chunk maps, is valid
+    there), each with the small then the real M, then the real L, then the real shape.  The
+    float64 reference is a loop over L: at the real L of a long problem it takes a minute."""
     B = min(problem.B, 2)
     L = _small_sizes(problem.L, 320, 256, 64)
     if problem.M <= 64:
         M = problem.M
     else:
         M = 64 if problem.M % 32 == 0 else 32 + problem.M % 32
-    for b, l, m in ((B, L, M), (B, L, problem.M), (B, problem.L, problem.M)):
+    lengths = [L]
+    while problem.L > 320 and 2 * (lengths[-1] - problem.L % 64) + problem.L % 64 < problem.L:
+        lengths.append(2 * (lengths[-1] - problem.L % 64) + problem.L % 64)
+    shapes = [(B, l, m) for l in lengths for m in dict.fromkeys((M, problem.M))]
+    for b, l, m in (*shapes, (B, problem.L, problem.M)):
         small = problem.model_copy(update=dict(B=b, L=l, M=m))
         if not strategy.reasons(small, device) and (
                 strategy.valid is None or strategy.valid(small, config)):
