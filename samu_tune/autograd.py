@@ -32,6 +32,9 @@ class _NoGradContext:
 
     in_operator = False
     training = False
+    # the forward may write what the caller drops (an unrequested final state) and what only
+    # a backward reads into kept scratch buffers (:mod:`samu_tune.scratch`)
+    scratch = False
 
     def save_for_backward(self, *tensors) -> None:
         pass
@@ -96,7 +99,13 @@ def _c_apply(function: type[torch.autograd.Function]) -> Callable:
     return _C_APPLY.__get__(None, function)
 
 
-def apply(function: type[torch.autograd.Function], *args):
+class _DropsFinalState(_NoGradContext):
+    """The ctx of a no-grad scan call that does not return the final state."""
+
+    scratch = True
+
+
+def apply(function: type[torch.autograd.Function], *args, no_grad_ctx=_NoGradContext):
     """``function.apply(*args)`` when a tensor argument needs a gradient, else its forward
     called directly with a :class:`_NoGradContext` (no autograd bookkeeping).  Outside
     functorch transforms and torch.compile tracing the node is built through autograd's C
@@ -108,7 +117,7 @@ def apply(function: type[torch.autograd.Function], *args):
         if _transforms_active is None or _transforms_active() or _is_compiling():
             return function.apply(*args)
         return _c_apply(function)(*args)
-    return function.forward(_NoGradContext(), *args)
+    return function.forward(no_grad_ctx(), *args)
 
 
 def apply_scan(function: type[torch.autograd.Function], inputs: ScanInputs, plan) -> ScanOutput:
@@ -116,7 +125,8 @@ def apply_scan(function: type[torch.autograd.Function], inputs: ScanInputs, plan
     h0_r, h0_i = inputs.initial_state or (None, None)
     out_r, out_i, last_r, last_i = apply(
         function, plan, inputs.segment_pos, inputs.eta, inputs.delta, inputs.nu_log,
-        inputs.theta_log, inputs.br, inputs.bi, h0_r, h0_i)
+        inputs.theta_log, inputs.br, inputs.bi, h0_r, h0_i,
+        no_grad_ctx=_NoGradContext if inputs.output_final_state else _DropsFinalState)
     return ScanOutput(out_r, out_i, (last_r, last_i) if inputs.output_final_state else None)
 
 

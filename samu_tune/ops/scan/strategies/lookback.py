@@ -29,7 +29,7 @@ from samu_tune.ops.scan.problem import ScanProblem
 from samu_tune.ops.scan.capability import Capability
 from samu_tune.registry import Strategy, register
 from samu_tune.ops.scan.tensors import ScanInputs, ScanOutput
-from samu_tune import alloc as _alloc, autograd as _grads
+from samu_tune import alloc as _alloc, autograd as _grads, scratch as _scratch
 from samu_tune.launch_options import LAUNCH_OPTIONS
 from samu_tune.launcher import fast
 from samu_tune.ops.scan.strategies import lookback_config
@@ -162,8 +162,9 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
         plan, reverse, B, L, M, seg is not None, h0[0] is not None, gamma is not None, save_h,
         end[0] is not None, make_table)
     dev = x[0].device
-    # the summaries are fp32, never read before written: no fill
-    carry = torch.empty(carry_words, dtype=torch.float32, device=dev)
+    # the summaries are fp32, never read before written (no fill), never read after the
+    # launch: a kept scratch buffer
+    carry = _scratch.fp32("carry", carry_words, dev)
     if sync is None:
         sync = torch.zeros(_head_words(B, L, M, plan), dtype=torch.int32, device=dev)
     _scan_kernel[(slots,)](
@@ -325,11 +326,19 @@ class _LookbackScan(torch.autograd.Function):
                 theta_log, br, bi, h0_r, h0_i):
         B, L, M = br.shape
         out_r, out_i = _grads.output_pair(br, bi)
-        last_r, last_i = _grads.pair(B, M, dtype=torch.float32, device=br.device)
         training = not isinstance(ctx, _grads._NoGradContext)
+        if not training and ctx.scratch:
+            # a no-grad call that returns neither: the final state and the control table in
+            # kept scratch buffers
+            last_r = _scratch.fp32("last_r", B * M, br.device)
+            last_i = _scratch.fp32("last_i", B * M, br.device)
+            ctl = (_scratch.fp32("table", B * L * controls.TABLE_COLS.value, br.device)
+                   if plan.loop else None)
+        else:
+            last_r, last_i = _grads.pair(B, M, dtype=torch.float32, device=br.device)
+            # the loop walk's control table, written by the forward kernel, reused by backward
+            ctl = _table(plan, B, L, br.device)
         work = _Zeroed.of(plan, B, L, M, br.device, training)
-        # the loop walk's control table, written by the forward kernel, reused by backward
-        ctl = _table(plan, B, L, br.device)
         _launch(plan, False, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
                 seg=seg, x=(br, bi), h0=(h0_r, h0_i), y=(out_r, out_i), end=(last_r, last_i),
                 ctl=ctl, sync=work.fwd_sync, make_table=plan.loop)

@@ -1,0 +1,83 @@
+"""Kept scratch buffers (:mod:`samu_tune.scratch`): reused per role and stream, grown when too
+small, never while poisoned; a no-grad scan that drops its final state writes it there, and
+the results stay right across calls of different shapes."""
+import pytest
+import torch
+
+import samu_tune
+from samu_tune import scratch, settings
+from samu_tune.ops.scan.reference import scan_reference
+from samu_tune.ops.scan.verify import random_inputs
+
+from _helpers import cpu_problem
+
+LOOKBACK = ("lookback", None)
+
+
+@pytest.fixture
+def unpoisoned(monkeypatch):
+    monkeypatch.setenv("SAMU_TUNE_POISON", "0")
+    settings.reload_settings()
+    scratch.clear()
+    yield
+    scratch.clear()
+    monkeypatch.undo()
+    settings.reload_settings()
+
+
+def test_a_buffer_is_kept_per_role_and_grown(unpoisoned):
+    cpu = torch.device("cpu")
+    a = scratch.fp32("carry", 100, cpu)
+    assert a.dtype == torch.float32 and a.numel() >= 100
+    assert scratch.fp32("carry", 50, cpu) is a           # smaller: the same buffer
+    assert scratch.fp32("table", 50, cpu) is not a       # another role: its own
+    b = scratch.fp32("carry", 1000, cpu)
+    assert b is not a and b.numel() >= 1000
+    assert scratch.fp32("carry", 100, cpu) is b
+    scratch.clear()
+    assert scratch.fp32("carry", 100, cpu) is not b
+
+
+def test_poisoned_buffers_are_fresh_nan():
+    # the test session runs poisoned (conftest): every call a new NaN-filled buffer
+    cpu = torch.device("cpu")
+    a, b = scratch.fp32("carry", 16, cpu), scratch.fp32("carry", 16, cpu)
+    assert a is not b and torch.isnan(a).all()
+
+
+def _run(inputs, final):
+    with torch.no_grad():
+        return samu_tune.scan(inputs.eta, inputs.delta, inputs.nu_log, inputs.theta_log,
+                              inputs.br, inputs.bi, output_final_state=final,
+                              strategy="lookback")
+
+
+def _expected(inputs):
+    """The float64 reference."""
+    wide = [t.double() for t in (inputs.eta, inputs.delta, inputs.nu_log, inputs.theta_log,
+                                 inputs.br, inputs.bi)]
+    return scan_reference(*wide, output_final_state=True)
+
+
+@pytest.mark.parametrize("shapes", [[(2, 40, 16), (3, 130, 24), (1, 20, 8)]],
+                         ids=["grow-then-shrink"])
+def test_no_grad_scans_through_kept_buffers_stay_right(unpoisoned, shapes):
+    finals = []
+    for i, (B, L, M) in enumerate(shapes):
+        inputs = random_inputs(cpu_problem(B, L, M, dtype="float32"), seed=i)
+        want = _expected(inputs)
+        dropped = _run(inputs, final=False)
+        assert dropped.final_state is None
+        kept = {role for role, *_ in scratch._KEPT}
+        assert {"carry", "last_r", "last_i"} <= kept
+        torch.testing.assert_close(dropped.real.double(), want.real, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(dropped.imag.double(), want.imag, atol=1e-4, rtol=1e-4)
+        # asked for, the final state is the caller's own tensor, never a kept buffer
+        out = _run(inputs, final=True)
+        ids = {t.data_ptr() for t in scratch._KEPT.values()}
+        assert not {t.data_ptr() for t in out.final_state} & ids
+        finals.append((out.final_state, want.final_state))
+    # later calls wrote into the kept buffers, not into any returned final state
+    for got, want in finals:
+        torch.testing.assert_close(got[0].double(), want[0], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(got[1].double(), want[1], atol=1e-4, rtol=1e-4)
