@@ -81,3 +81,38 @@ def test_no_grad_scans_through_kept_buffers_stay_right(unpoisoned, shapes):
     for got, want in finals:
         torch.testing.assert_close(got[0].double(), want[0], atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(got[1].double(), want[1], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.gpu
+def test_cuda_kept_buffers_per_stream_and_fresh_under_capture(unpoisoned):
+    """On CUDA: a buffer per stream, none kept while a graph is captured, and a captured
+    no-grad scan replays right after eager calls of other shapes on the same stream."""
+    dev = torch.device("cuda")
+    main = scratch.fp32("carry", 64, dev)
+    assert scratch.fp32("carry", 64, dev) is main
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        assert scratch.fp32("carry", 64, dev) is not main
+    problem = cpu_problem(2, 300, 128, dtype="bfloat16", device="cuda")
+    inputs = random_inputs(problem, seed=3)
+    want = _expected(inputs)
+    got = _run(inputs, final=False)              # warm: compiles, keeps buffers
+    torch.testing.assert_close(got.real.double(), want.real, atol=2e-2, rtol=2e-2)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        _run(inputs, final=False)
+        stream.synchronize()
+        kept_before = dict(scratch._KEPT)
+        with torch.cuda.graph(graph, stream=stream):
+            captured = _run(inputs, final=False)
+        assert scratch._KEPT == kept_before      # nothing kept from inside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    for B, L, M in ((4, 700, 256), (1, 64, 96)):  # eager calls through the kept buffers
+        other = random_inputs(cpu_problem(B, L, M, dtype="bfloat16", device="cuda"), seed=B)
+        _run(other, final=False)
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(captured.real.double(), want.real, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(captured.imag.double(), want.imag, atol=2e-2, rtol=2e-2)
