@@ -89,6 +89,10 @@ _LAUNCH_CALL = ("kernel.run(grid_0,grid_1,grid_2,stream,kernel.function,kernel.p
                 "knobs.runtime.launch_exit_hook,*bound_args.values())")
 
 
+# records of one kernel before they are dropped (each is re-made by one launch through Triton)
+_MAX_RECORDS = 4096
+
+
 class _Unsupported(Exception):
     """A positional argument of a type the key does not describe."""
 
@@ -165,20 +169,25 @@ def _spec(a):
 
 
 @functools.lru_cache(maxsize=None)
-def _key_function(n: int) -> Callable:
+def _key_function(n: int, fixed: bool = False) -> Callable:
     """``key(device, kwargs, a0, ..., a{n-1})``: the specialisation key of a call with ``n``
     positional arguments, one flat tuple: the device, the keywords' names, values and value
     types (True, 1 and 1.0 are equal keys but different constexprs), then one entry per
     argument: a 16-byte aligned tensor's dtype, ``(dtype, "misaligned")``, None, or
     :func:`_spec`'s entry.  Generated code without a loop: a tensor costs its type check,
-    ``data_ptr()`` and ``dtype``."""
+    ``data_ptr()`` and ``dtype``.  ``fixed``: ``key(device, id_of_kwargs, a0, ...)``, for
+    keywords whose dict is kept (:meth:`FastKernel.launch`)."""
     names = [f"a{i}" for i in range(n)]
     parts = [f"({a}.dtype if not {a}.data_ptr() & 15 else ({a}.dtype, 'misaligned')) "
              f"if type({a}) is T else None if {a} is None else spec({a})" for a in names]
-    src = (f"def key(device, kw, {', '.join(names)}):\n"
-           f"    values = tuple(kw.values())\n"
-           f"    return (device, tuple(kw), values, tuple(map(type, values)),\n"
-           f"            {', '.join(parts)})\n")
+    if fixed:
+        src = (f"def key(device, kw_id, {', '.join(names)}):\n"
+               f"    return (device, 'fixed', kw_id, {', '.join(parts)})\n")
+    else:
+        src = (f"def key(device, kw, {', '.join(names)}):\n"
+               f"    values = tuple(kw.values())\n"
+               f"    return (device, tuple(kw), values, tuple(map(type, values)),\n"
+               f"            {', '.join(parts)})\n")
     namespace = {"T": _Tensor, "spec": _spec}
     exec(compile(src, f"<samu_tune.launcher key/{n}>", "exec"), namespace)
     return namespace["key"]
@@ -216,7 +225,7 @@ class FastKernel:
     ``stream`` (tests) replace Triton's current-device and current-stream functions."""
 
     __slots__ = ("fn", "direct", "normal", "reason", "_failed", "_records", "_settings",
-                 "_n_plain", "_home_ns", "_home_name", "_device", "_stream",
+                 "_n_plain", "_home_ns", "_home_name", "_device", "_stream", "_kept",
                  "__weakref__")
 
     def __init__(self, fn, *, device: Optional[Callable[[], int]] = None,
@@ -227,6 +236,7 @@ class FastKernel:
         self.reason: Optional[str] = "not configured"
         self._failed: Optional[str] = None
         self._records: dict = {}
+        self._kept: dict[int, dict] = {}         # id -> a fixed keyword dict in a key
         self._settings = None
         self._n_plain = 0
         self._home_ns, self._home_name = _home(fn)
@@ -241,9 +251,18 @@ class FastKernel:
         launch = self._launch
         return lambda *args, **kwargs: launch(grid, args, kwargs)
 
+    def launch(self, grid: tuple, args: tuple, kwargs: dict):
+        """``self[grid](*args, **kwargs)`` for a ``kwargs`` dict that the caller keeps and
+        never changes (a memoized launch plan's keywords): the key holds the dict's identity
+        instead of its items, and nothing is repacked (~1.5 us less host time per launch on
+        the development CPU).  The record keeps the dict alive, so its identity is never
+        another dict's."""
+        return self._launch(grid, args, kwargs, fixed=True)
+
     def reset(self) -> None:
         """Forget the records, the counts and a failure (tests)."""
         self._records.clear()
+        self._kept.clear()
         self.direct = self.normal = 0
         self._failed = None
         self._settings = None
@@ -285,7 +304,7 @@ class FastKernel:
         return None
 
     # ---------------------------------------------------------------- launch -------------
-    def _launch(self, grid, args: tuple, kwargs: dict):
+    def _launch(self, grid, args: tuple, kwargs: dict, fixed: bool = False):
         fn = self.fn
         if self._home_ns is not None and self._home_ns.get(self._home_name) is not fn:
             self.normal += 1                       # the kernel swapped on its module
@@ -299,7 +318,10 @@ class FastKernel:
             return fn[grid](*args, **kwargs)
         device = self._device()
         try:
-            key = _key_function(len(args))(device, kwargs, *args)
+            if fixed:
+                key = _key_function(len(args), True)(device, id(kwargs), *args)
+            else:
+                key = _key_function(len(args))(device, kwargs, *args)
             record = self._records.get(key)
         except (_Unsupported, TypeError):          # TypeError: an unhashable keyword value
             self.normal += 1
@@ -307,7 +329,12 @@ class FastKernel:
         if record is None:
             self.normal += 1
             kernel = fn[grid](*args, **kwargs)
+            if len(self._records) >= _MAX_RECORDS:  # bounds the kept keyword dicts too
+                self._records.clear()
+                self._kept.clear()
             self._records[key] = self._record(kernel, len(args), kwargs)
+            if fixed:
+                self._kept[id(kwargs)] = kwargs
             return kernel
         if record is _NO_DIRECT:
             self.normal += 1
@@ -353,6 +380,7 @@ class FastKernel:
         name = getattr(getattr(self.fn, "fn", None), "__name__", None) or repr(self.fn)
         self._failed = self.reason = reason
         self._records.clear()
+        self._kept.clear()
         message = (f"samu_tune: {reason} for Triton kernel {name}; it launches through "
                    f"Triton from now on")
         log.warning(message)

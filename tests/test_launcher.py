@@ -165,6 +165,37 @@ def test_a_new_specialisation_goes_through_the_kernel(direct, change):
     assert len(k.launches) == 2 and len(k.compiled[0].calls) == 2, change
 
 
+def test_a_kept_keyword_dict_is_keyed_by_identity(direct):
+    """``launch(grid, args, kwargs)``: the same dict object goes direct after its first
+    launch; an equal but different dict is another key (one more launch through the kernel);
+    the argument specialisations still count; the dict is kept while its record lives."""
+    k, w = _wrapped()
+    kw = {"A": 2, "num_warps": 4}
+    args = _args()
+    assert w.launch((3,), args, kw) is k.compiled[0]
+    w.launch((3,), args, kw)
+    assert len(k.launches) == 1 and k.compiled[0].calls == [
+        (3, 1, 1, STREAM, 0xF00D, (4, 1, 0), None, None, None, *args, 2, 7, None)]
+    w.launch((3,), _args(n=1), kw)                   # an int 1: a new specialisation
+    assert len(k.launches) == 2
+    w.launch((3,), args, dict(kw))                   # another dict: another key
+    assert len(k.launches) == 3
+    w.launch((3,), args, {"A": 5, "num_warps": 4})
+    assert len(k.launches) == 4 and k.launches[-1][2] == {"A": 5, "num_warps": 4}
+    assert id(kw) in w._kept and w._kept[id(kw)] is kw
+    w.reset()
+    assert not w._kept and not w._records
+
+
+def test_records_are_bounded(direct, monkeypatch):
+    import samu_tune.launcher as launcher
+    monkeypatch.setattr(launcher, "_MAX_RECORDS", 3)
+    k, w = _wrapped()
+    for i in range(5):
+        w.launch((1,), _args(), {"A": i})
+    assert len(w._records) <= 3 and len(w._kept) <= 3 and len(k.launches) == 5
+
+
 def test_not_specialised_on_values_triton_ignores(direct):
     """Other ints of the same class, other floats and bools, other aligned tensors: direct."""
     k, w = _wrapped()
@@ -485,3 +516,37 @@ def test_gpu_lookback_direct_and_through_triton_bitwise_equal(inner, monkeypatch
     assert kernel.reason == "SAMU_TUNE_FAST_LAUNCH=0"
     for a, b, c in zip(first, second, third):
         assert torch.equal(a, b) and torch.equal(a, c)
+
+
+def test_every_launch_site_passes_its_kept_keyword_dict(monkeypatch):
+    """The scan, the fused layer (controller, operands, scan) and the decode step launch with
+    ``FastKernel.launch``: a second identical call passes the very same keyword dicts as the
+    first (a fresh dict per call would miss the direct path's key every time)."""
+    import samu_tune
+    seen: dict = {}
+    original = FastKernel.launch
+
+    def recording(self, grid, args, kwargs):
+        seen.setdefault(self.fn.__name__, []).append(id(kwargs))
+        return original(self, grid, args, kwargs)
+
+    monkeypatch.setattr(FastKernel, "launch", recording)
+    g = torch.Generator().manual_seed(0)
+    layer = samu_tune.SAMU(72, strategy="fused", generator=g)
+    x = torch.randn(1, 40, 144, generator=g, requires_grad=True)
+
+    def calls():
+        y, _ = layer(x)
+        y.sum().backward()
+        with torch.no_grad():
+            layer.step(x[:, 0].detach())
+            samu_tune.scan(torch.randn(1, 40), torch.randn(1, 40), torch.randn(8) - 1,
+                           torch.randn(8), torch.randn(1, 40, 8), torch.randn(1, 40, 8),
+                           strategy="lookback")
+
+    calls()
+    first = {name: len(set(ids)) for name, ids in seen.items()}
+    calls()
+    assert {"lookback_scan", "controller_forward", "controller_backward", "layer_operands",
+            "layer_operands_backward", "samu_decode_step"} <= set(seen)
+    assert {name: len(set(ids)) for name, ids in seen.items()} == first

@@ -371,9 +371,10 @@ def _launch(plan: _Plan, x: torch.Tensor, consts: torch.Tensor, state: Optional[
     else:
         state_r, state_i = (s if s.dtype == torch.float32 and s.is_contiguous()
                             else s.to(torch.float32).contiguous() for s in state)
-    _step_kernel[plan.grid](
+    # plan.meta: the memoized plan's keywords, never changed
+    _step_kernel.launch(plan.grid, (
         x, consts, state_r, state_i, out, state_out[0], state_out[1], M,
-        plan.tiles_per_program, **plan.meta)
+        plan.tiles_per_program), plan.meta)
     return out, tuple(state_out)
 
 

@@ -25,6 +25,10 @@ _backward_kernel = fast(kernels.layer_operands_backward)
 
 _BLOCK = 512
 _NUM_WARPS = 4
+# the launches' keywords, never changed (they key the direct launch by identity)
+_FORWARD_META = dict(BLOCK=_BLOCK, num_warps=_NUM_WARPS, **LAUNCH_OPTIONS)
+_BACKWARD_META = {has: dict(BLOCK=_BLOCK, HAS_NU_IN=has, num_warps=_NUM_WARPS, **LAUNCH_OPTIONS)
+                  for has in (False, True)}
 
 
 def _layout(K1: int, M: int) -> tuple[int, int, int]:
@@ -47,9 +51,8 @@ def compute(pd: torch.Tensor, rd: torch.Tensor, pa: torch.Tensor, ra: torch.Tens
     buf = _alloc.empty(total, dtype=torch.float32, device=pd.device)
     dirs = buf[:2 * K1].view(2, K1)
     scales, gamma = buf[at_scales:at_scales + 2], buf[at_gamma:at_gamma + M]
-    _forward_kernel[_grid(M)](pd, rd, pa, ra, nu_log, dirs, scales, gamma, K1, M,
-                              1.0 / math.sqrt(M), BLOCK=_BLOCK, num_warps=_NUM_WARPS,
-                              **LAUNCH_OPTIONS)
+    _forward_kernel.launch(_grid(M), (pd, rd, pa, ra, nu_log, dirs, scales, gamma, K1, M,
+                                      1.0 / math.sqrt(M)), _FORWARD_META)
     return dirs, scales, gamma
 
 
@@ -71,10 +74,10 @@ def backward(pd: torch.Tensor, rd: torch.Tensor, pa: torch.Tensor, ra: torch.Ten
     # strides (a copy each would cost a launch)
     if g_dirs.stride(-1) != 1:
         g_dirs = g_dirs.contiguous()
-    _backward_kernel[_grid(M)](
+    _backward_kernel.launch(_grid(M), (
         pd, rd, pa, ra, nu_log, g_dirs, g_dirs.stride(0), g_scales, g_scales.stride(0),
-        g_gamma.contiguous(), g_nu_in, g_pd, g_rd, g_pa, g_ra, g_nu, K1, M, 1.0 / math.sqrt(M),
-        BLOCK=_BLOCK, HAS_NU_IN=g_nu_in is not None, num_warps=_NUM_WARPS, **LAUNCH_OPTIONS)
+        g_gamma.contiguous(), g_nu_in, g_pd, g_rd, g_pa, g_ra, g_nu, K1, M, 1.0 / math.sqrt(M)),
+        _BACKWARD_META[g_nu_in is not None])
     return g_pd, g_rd, g_pa, g_ra, g_nu
 
 

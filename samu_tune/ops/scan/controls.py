@@ -70,6 +70,22 @@ def _check_operands(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor) -
 
 
 @functools.lru_cache(maxsize=256)
+def _forward_meta(table: bool, resets: bool, K: int) -> dict:
+    """The forward launch's keywords, one dict per signature (never changed: it keys the
+    direct launch, :meth:`samu_tune.launcher.FastKernel.launch`)."""
+    return dict(HAS_TABLE=table, HAS_RESETS=resets, BLOCK_T=_FWD_BLOCK_T,
+                BLOCK_K=_block_k(K, _FWD_BLOCK_K), K_ALIGN=_k_align(K),
+                num_warps=_NUM_WARPS, **LAUNCH_OPTIONS)
+
+
+@functools.lru_cache(maxsize=256)
+def _backward_meta(accumulate: bool, block_k: int, K: int) -> dict:
+    """The backward launch's keywords, as :func:`_forward_meta`."""
+    return dict(ACCUMULATE=accumulate, BLOCK_T=_BWD_BLOCK_T, BLOCK_K=block_k,
+                K_ALIGN=_k_align(K), num_warps=_NUM_WARPS, **LAUNCH_OPTIONS)
+
+
+@functools.lru_cache(maxsize=256)
 def _backward_grid(T: int, K: int) -> tuple[int, int, int, int]:
     """(BLOCK_K, column tiles, tokens per program, token groups) of a backward launch."""
     block_k = _block_k(K, _BWD_BLOCK_K)
@@ -120,11 +136,8 @@ def forward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, *,
     buf = _alloc.empty(4 * stride, dtype=torch.float32, device=x.device)     # rows [4, T]
     ctl = (_alloc.empty(T, control_kernels.TABLE_COLS.value, dtype=torch.float32,
                        device=x.device) if table else None)
-    _forward_kernel[(intmath.cdiv(T, _FWD_BLOCK_T),)](
-        x, dirs, scales, buf, stride, ctl, seg, T, K,
-        HAS_TABLE=table, HAS_RESETS=seg is not None, BLOCK_T=_FWD_BLOCK_T,
-        BLOCK_K=_block_k(K, _FWD_BLOCK_K), K_ALIGN=_k_align(K),
-        num_warps=_NUM_WARPS, **LAUNCH_OPTIONS)
+    _forward_kernel.launch((intmath.cdiv(T, _FWD_BLOCK_T),), (
+        x, dirs, scales, buf, stride, ctl, seg, T, K), _forward_meta(table, seg is not None, K))
     # as_strided views: a fraction of indexing's host time
     return Controls(buf.as_strided((T,), (1,), 0), buf.as_strided((T,), (1,), stride),
                     buf.as_strided((2, T), (stride, 1), 2 * stride), ctl)
@@ -153,11 +166,9 @@ def backward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, s: torch
         grad_x = _alloc.empty_like(x)
     extra = kernels.PARTIAL_EXTRA.value
     partials = _alloc.empty(groups, 2, K + extra, dtype=torch.float32, device=x.device)
-    _backward_kernel[(groups, col_tiles)](
+    _backward_kernel.launch((groups, col_tiles), (
         x, dirs, scales, s, s.stride(0), d_eta, d_delta, grad_x, partials, T, K,
-        tokens_per_program,
-        ACCUMULATE=accumulate, BLOCK_T=_BWD_BLOCK_T, BLOCK_K=block_k, K_ALIGN=_k_align(K),
-        num_warps=_NUM_WARPS, **LAUNCH_OPTIONS)
+        tokens_per_program), _backward_meta(accumulate, block_k, K))
     total = partials[0] if groups == 1 else partials.sum(0)                       # [2, K + 2]
     return grad_x, total[:, :K + 1], total[:, K + 1]
 

@@ -167,11 +167,12 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
     carry = _scratch.fp32("carry", carry_words, dev)
     if sync is None:
         sync = torch.zeros(_head_words(B, L, M, plan), dtype=torch.int32, device=dev)
-    _scan_kernel[(slots,)](
+    # kwargs: the memoized dict of _launch_spec, never changed
+    _scan_kernel.launch((slots,), (
         sync, carry, eta, delta, nu_log, theta_log, seg, ctl, gamma, o, xw, p_gamma, x[0], x[1],
         h0[0], h0[1], y[0], y[1], end[0], end[1], gx[0], gx[1], gh0[0], gh0[1], p_ctl[0],
         p_ctl[1], p_spec[0], p_spec[1],
-        B, L, M, nmt, nch, plan.window, **kwargs)
+        B, L, M, nmt, nch, plan.window), kwargs)
 
 
 @functools.lru_cache(maxsize=4096)
