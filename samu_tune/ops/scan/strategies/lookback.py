@@ -343,6 +343,8 @@ class _LookbackScan(torch.autograd.Function):
         _launch(plan, False, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
                 seg=seg, x=(br, bi), h0=(h0_r, h0_i), y=(out_r, out_i), end=(last_r, last_i),
                 ctl=ctl, sync=work.fwd_sync, make_table=plan.loop)
+        if not training and not ctx.in_operator:
+            return out_r, out_i, last_r, last_i      # no backward: nothing to keep
         ctx.plan = plan
         ctx.shape = (B, L, M)
         ctx.dtypes = _grads.dtypes(br, bi, h0_r, h0_i)
