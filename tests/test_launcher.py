@@ -527,7 +527,7 @@ def test_every_launch_site_passes_its_kept_keyword_dict(monkeypatch):
     original = FastKernel.launch
 
     def recording(self, grid, args, kwargs):
-        seen.setdefault(self.fn.__name__, []).append(id(kwargs))
+        seen.setdefault(self.fn.__name__, []).append(kwargs)   # the dicts, kept alive
         return original(self, grid, args, kwargs)
 
     monkeypatch.setattr(FastKernel, "launch", recording)
@@ -545,8 +545,8 @@ def test_every_launch_site_passes_its_kept_keyword_dict(monkeypatch):
                            strategy="lookback")
 
     calls()
-    first = {name: len(set(ids)) for name, ids in seen.items()}
+    first = {name: len({id(kw) for kw in dicts}) for name, dicts in seen.items()}
     calls()
     assert {"lookback_scan", "controller_forward", "controller_backward", "layer_operands",
             "layer_operands_backward", "samu_decode_step"} <= set(seen)
-    assert {name: len(set(ids)) for name, ids in seen.items()} == first
+    assert {name: len({id(kw) for kw in dicts}) for name, dicts in seen.items()} == first

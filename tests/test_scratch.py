@@ -38,6 +38,33 @@ def test_a_buffer_is_kept_per_role_and_grown(unpoisoned):
     assert scratch.fp32("carry", 100, cpu) is not b
 
 
+def test_large_buffers_are_not_kept_and_the_count_is_bounded(unpoisoned, monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(scratch, "KEEP_MAX_WORDS", 64)
+    monkeypatch.setattr(scratch, "KEEP_MAX_BUFFERS", 3)
+    big = scratch.fp32("carry", 65, cpu)
+    assert big.numel() >= 65 and scratch.fp32("carry", 65, cpu) is not big and not scratch._KEPT
+    for role in ("a", "b", "c", "d"):
+        scratch.fp32(role, 8, cpu)
+    assert len(scratch._KEPT) <= 3 and ("d", cpu, 0) in scratch._KEPT
+
+
+def test_the_operators_keep_nothing(unpoisoned):
+    """The torch.library operators (torch.compile's path: a CUDA-graph tree's warm-up
+    allocates into the graph's pool) allocate their scratch fresh."""
+    inputs = random_inputs(cpu_problem(2, 40, 16, dtype="float32", backward=True), seed=5)
+    leaves = [t.clone().requires_grad_(True) for t in (inputs.eta, inputs.delta, inputs.nu_log,
+                                                         inputs.theta_log, inputs.br, inputs.bi)]
+    out_r, out_i, last_r, last_i, aux = torch.ops.samu_tune.scan_fwd(
+        *leaves, None, None, None, True, True, "lookback")
+    (out_r.sum() + out_i.sum() + last_r.sum()).backward()
+    assert not scratch._KEPT
+    # the eager path keeps its summaries
+    out = samu_tune.scan(*leaves, strategy="lookback")
+    (out.real.sum() + out.imag.sum()).backward()
+    assert {role for role, *_ in scratch._KEPT} == {"carry"}
+
+
 def test_poisoned_buffers_are_fresh_nan():
     # the test session runs poisoned (conftest): every call a new NaN-filled buffer
     cpu = torch.device("cpu")
@@ -116,3 +143,29 @@ def test_cuda_kept_buffers_per_stream_and_fresh_under_capture(unpoisoned):
     torch.cuda.synchronize()
     torch.testing.assert_close(captured.real.double(), want.real, atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(captured.imag.double(), want.imag, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+def test_reduce_overhead_compiled_scan_beside_eager_kept_buffers(unpoisoned):
+    """Eager calls keep buffers while a CUDA-graph tree (torch.compile reduce-overhead) runs the
+    operators, which keep none: the tree's pool checks pass and both agree with eager."""
+    problem = cpu_problem(2, 300, 128, dtype="bfloat16", device="cuda", backward=True)
+    inputs = random_inputs(problem, seed=4)
+    args = [t.clone().requires_grad_(True) for t in (inputs.eta, inputs.delta, inputs.nu_log,
+                                                      inputs.theta_log, inputs.br, inputs.bi)]
+
+    def step(*a):
+        out = samu_tune.scan(*a, strategy="lookback")
+        return out.real.float().square().sum() + out.imag.float().square().sum()
+
+    compiled = torch.compile(step, mode="reduce-overhead")
+    want = step(*args)
+    want_grads = torch.autograd.grad(want, args)
+    for _ in range(3):
+        _run(inputs, final=False)                    # eager, through kept buffers
+        loss = compiled(*args)
+        grads = torch.autograd.grad(loss, args)
+        torch.testing.assert_close(loss, want, rtol=1e-3, atol=1e-3)
+        for g, w in zip(grads, want_grads):
+            torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2)
+    assert {role for role, *_ in scratch._KEPT} >= {"carry", "last_r", "last_i"}

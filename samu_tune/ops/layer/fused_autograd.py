@@ -103,7 +103,7 @@ def _forward(ctx, plan: lb.LookbackPlan, seg, dirs, scales, nu_log, theta_log, x
     lb._launch(plan, False, B, L, M, eta=c.eta, delta=c.delta, nu_log=nu_log,
                theta_log=theta_log, seg=seg, x=(x, None), h0=(h0_r, h0_i), y=(h_r, h_i),
                end=(last_r, last_i), ctl=c.table, gamma=gamma, o=y, save_h=save,
-               sync=work.fwd_sync)
+               sync=work.fwd_sync, kept=not getattr(ctx, "in_operator", False))
     ctx.plan = plan
     ctx.dtypes = _grads.dtypes(h0_r, h0_i)
     ctx.work = work
@@ -135,7 +135,7 @@ def _backward(ctx, saved, d_y, d_last_r, d_last_i):
     lb._launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
                seg=seg, x=(d_y, None), h0=(h0_r, h0_i), y=(h_r, h_i), end=d_last,
                gh0=gh0, p_ctl=g_ctl, p_spec=g_spec, ctl=ctl, gamma=gamma, o=grad_x, xw=x,
-               p_gamma=g_gamma, sync=work.bwd_sync)
+               p_gamma=g_gamma, sync=work.bwd_sync, kept=not getattr(ctx, "in_operator", False))
     d_eta, d_delta, g_nu, g_theta = lb._reduced(plan, g_ctl, g_spec)
     # the controller's grad x added into the scan's (grad_x is written in place)
     _, g_dirs, g_scales = controller.backward(x, dirs, scales, s, d_eta.contiguous(),

@@ -147,7 +147,7 @@ def m_align(plan: LookbackPlan, M: int) -> int:
 def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, delta, nu_log,
             theta_log, seg, x, h0, y, end, gx=(None, None), gh0=(None, None),
             p_ctl=(None, None), p_spec=(None, None), ctl=None, gamma=None, o=None, xw=None,
-            p_gamma=None, save_h=False, sync=None, make_table=False) -> None:
+            p_gamma=None, save_h=False, sync=None, make_table=False, kept=False) -> None:
     """One look-back launch.  ``ctl``: the loop-inner walk's control table [B L, 4] fp32,
     written by the kernel itself when ``make_table`` (forward).  ``sync``: the launch's zeroed
     int32 head (:func:`_head_words`; zeroed here when None).  ``end`` (reverse): the
@@ -155,7 +155,10 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
     ``p_gamma``): per-program partials, or zeroed atomic accumulators when ``plan.atomic``.
     ``gamma`` given: the SAMU layer fused (see :class:`samu_tune.ops.layer.fused_autograd.FusedLayer`): x = (x or d y
     [B, L, 2M], None), o the layer output or grad x [B, L, 2M], y the states (written when
-    ``save_h``), xw the layer input and p_gamma the d gamma partials (backward)."""
+    ``save_h``), xw the layer input and p_gamma the d gamma partials (backward).  ``kept``:
+    the summaries in a kept scratch buffer (:mod:`samu_tune.scratch`), for eager calls only:
+    inside an operator a CUDA-graph tree's warm-up allocates into the graph's private pool,
+    whose blocks it reassigns as it sees fit."""
     if plan.loop and ctl is None:
         raise ValueError("a loop-inner look-back launch needs its control table")
     slots, carry_words, nmt, nch, kwargs = _launch_spec(
@@ -163,8 +166,9 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
         end[0] is not None, make_table)
     dev = x[0].device
     # the summaries are fp32, never read before written (no fill), never read after the
-    # launch: a kept scratch buffer
-    carry = _scratch.fp32("carry", carry_words, dev)
+    # launch
+    carry = (_scratch.fp32("carry", carry_words, dev) if kept
+             else torch.empty(carry_words, dtype=torch.float32, device=dev))
     if sync is None:
         sync = torch.zeros(_head_words(B, L, M, plan), dtype=torch.int32, device=dev)
     # kwargs: the memoized dict of _launch_spec, never changed
@@ -185,14 +189,24 @@ def _launch_spec(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, rese
         raise ValueError(f"window must be >= 1, got {plan.window}")
     nmt = n_mode_tiles(M, plan.block_m)
     nch = n_chunks(L, plan.chunk * plan.sub)
-    kernel = dict(
+    kernel = _launch_keywords(plan, reverse, resets, has_h0, fused, save_h, has_end,
+                              make_table, m_align(plan, M))
+    return B * nmt * nch, _carry_words(B, L, M, plan), nmt, nch, kernel
+
+
+@functools.lru_cache(maxsize=1024)
+def _launch_keywords(plan: LookbackPlan, reverse: bool, resets: bool, has_h0: bool,
+                     fused: bool, save_h: bool, has_end: bool, make_table: bool,
+                     m_align_: int) -> dict:
+    """The kernel's keywords: one dict per specialisation, shared by every shape (the direct
+    launch keys a kept dict by identity: :meth:`samu_tune.launcher.FastKernel.launch`)."""
+    return dict(
         HAS_RESETS=resets, HAS_H0=has_h0, REVERSE=reverse,
         DECOUPLED=plan.decoupled, CHUNK=plan.chunk, BLOCK_M=plan.block_m, SUB=plan.sub,
-        LOOP=plan.loop, M_ALIGN=m_align(plan, M), FUSED=fused, SAVE_H=save_h,
+        LOOP=plan.loop, M_ALIGN=m_align_, FUSED=fused, SAVE_H=save_h,
         ROWS=plan.rows, WIDTH=plan.width, REBASE=plan.rebase(reverse),
         STAGES=plan.stages, HAS_END=has_end, ATOMIC=reverse and plan.atomic,
         MAKE_TABLE=make_table, num_warps=plan.num_warps, **LAUNCH_OPTIONS)
-    return B * nmt * nch, _carry_words(B, L, M, plan), nmt, nch, kernel
 
 
 class _Zeroed:
@@ -342,7 +356,8 @@ class _LookbackScan(torch.autograd.Function):
         work = _Zeroed.of(plan, B, L, M, br.device, training)
         _launch(plan, False, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
                 seg=seg, x=(br, bi), h0=(h0_r, h0_i), y=(out_r, out_i), end=(last_r, last_i),
-                ctl=ctl, sync=work.fwd_sync, make_table=plan.loop)
+                ctl=ctl, sync=work.fwd_sync, make_table=plan.loop,
+                kept=not getattr(ctx, "in_operator", False))
         if not training and not ctx.in_operator:
             return out_r, out_i, last_r, last_i      # no backward: nothing to keep
         ctx.plan = plan
@@ -368,7 +383,8 @@ class _LookbackScan(torch.autograd.Function):
         g_ctl, g_spec, _ = _grad_buffers(plan, work, B, L, M, dev)
         _launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
                 seg=seg, x=d_out, h0=(h0_r, h0_i), y=(out_r, out_i), end=d_last, gx=grad_b,
-                gh0=gh0, p_ctl=g_ctl, p_spec=g_spec, ctl=ctl, sync=work.bwd_sync)
+                gh0=gh0, p_ctl=g_ctl, p_spec=g_spec, ctl=ctl, sync=work.bwd_sync,
+                kept=not getattr(ctx, "in_operator", False))
         return _grads.input_grads(_reduced(plan, g_ctl, g_spec),
                                   (eta, delta, nu_log, theta_log), grad_b, gh0,
                                   (h0r_dtype, h0i_dtype))
