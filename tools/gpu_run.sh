@@ -19,6 +19,10 @@
 #  11. Nsight Compute counters of the look-back kernel (NCU_CONFIGS: config specs; NCU_ARGS,
 #      e.g. --dtype float32), forward and forward+backward; T_NCU bounds each profile, two
 #      per config                                                T_NCU      -> ncu/
+#  12. the main job (`samu-tune profile --shapes examples/shapes.yaml -v`, default flags) in a
+#      fresh process from empty Triton and samu_tune caches, then again with the Triton cache
+#      it left and an empty samu_tune cache (warm; T_MAIN_WARM, default 120)
+#                                                                T_MAIN     -> main/
 # Defaults: tests, grid, dispatch, tuner and decode on; the others off.  A baseline DIR is an
 # older tree carried along (before / after on one machine, in one call): for LOOKBACK_BASELINE
 # `mkdir -p .baseline && git archive REV samu_tune benchmarks | tar -x -C .baseline`, for
@@ -149,6 +153,20 @@ if on "${T_NCU:-0}"; then
       grep -E "Duration|DRAM Throughput|dram__bytes|sector_hit|lookup_hit|op_read.sum|Issue Slots Busy|Achieved Occupancy|Registers Per|Executed Ipc A|sm__inst_executed|Memory Throughput|Theoretical Occ|Block Limit|Shared Memory Config|Dynamic Shared" \
           "$OUT/ncu/${mode}_$cfg.txt" | head -40
     done
+  done
+fi
+if on "${T_MAIN:-0}"; then
+  phase main-job
+  mkdir -p "$OUT/main"
+  triton_cache=$(mktemp -d)
+  for run in cold warm; do
+    limit=$T_MAIN; [ "$run" = warm ] && limit=${T_MAIN_WARM:-120}
+    t0=$(date +%s.%N)
+    TRITON_CACHE_DIR=$triton_cache SAMU_TUNE_CACHE_DIR=$(mktemp -d) timeout "$limit" \
+        python3 -m samu_tune.cli profile --shapes examples/shapes.yaml -v \
+        > "$OUT/main/main_$run.log" 2>&1
+    echo "main job $run: rc=$? wall=$(python3 -c "import time; print(round(time.time() - $t0, 1))") s"
+    grep -E "^\[[0-9]+/[0-9]+\].*candidate" "$OUT/main/main_$run.log" | tail -14
   done
 fi
 phase done
