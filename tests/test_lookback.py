@@ -367,6 +367,11 @@ def test_config_space_is_pruned_and_default_is_valid():
     assert not lb.valid(_problem(1, 32, 8), SMALL.model_copy(update={"lookback_width": 8}))
     assert not lb.valid(_problem(8, 8192, 1024), LookbackConfig(    # 4 lanes x 8: spills
         chunk=32, block_m=512, num_warps=4, inner="loop", lookback_width=8))
+    # the staged 64-step loop walk of 256 modes: two rows per step up to M = 512, then one
+    assert [(lb.default(_problem(B, L, M)).block_m, lb.default(_problem(B, L, M)).rows)
+            for B, L, M in ((1, 16384, 256), (4, 4096, 512), (3, 5000, 300),
+                            (8, 8192, 1024), (2, 65536, 128))] == [
+        (256, 2), (256, 2), (256, 2), (256, 1), (128, 2)]
     assert lb.default(_problem(1, 20, 8, deterministic=True)).lookback == "chained"
     assert lb.default(_problem(1, 20, 8, deterministic=True)).window == 1
     assert lb.default(_problem(1, 5000, 8, deterministic=True)).window == 8
