@@ -65,6 +65,12 @@ def training(ctx) -> bool:
     return not isinstance(ctx, _NoGradContext) or ctx.training
 
 
+def in_operator(ctx) -> bool:
+    """Whether a Function's forward or backward runs inside a torch.library operator (its ctx
+    an :class:`OpContext`; autograd's own ctx has no such attribute)."""
+    return getattr(ctx, "in_operator", False)
+
+
 def pair(*shape: int, dtype: torch.dtype, device: torch.device) -> Pair:
     """Two uninitialised tensors of ``shape``, each its own allocation: two ``empty`` cost
     less host time than one ``[2, ...]`` allocation cut into two views (2.2 vs 6.0 us on the

@@ -98,12 +98,12 @@ def _forward(ctx, plan: lb.LookbackPlan, seg, dirs, scales, nu_log, theta_log, x
     h_r, h_i = (_grads.pair(B, L, M, dtype=x.dtype, device=x.device) if save
                 else (None, None))
     # an operator's backward zeroes its own buffers (ctx.in_operator)
-    work = lb._Zeroed.of(plan, B, L, M, x.device, save and not getattr(ctx, "in_operator", False),
+    work = lb._Zeroed.of(plan, B, L, M, x.device, save and not _grads.in_operator(ctx),
                          fused=True)
     lb._launch(plan, False, B, L, M, eta=c.eta, delta=c.delta, nu_log=nu_log,
                theta_log=theta_log, seg=seg, x=(x, None), h0=(h0_r, h0_i), y=(h_r, h_i),
                end=(last_r, last_i), ctl=c.table, gamma=gamma, o=y, save_h=save,
-               sync=work.fwd_sync, kept=not getattr(ctx, "in_operator", False))
+               sync=work.fwd_sync, kept=not _grads.in_operator(ctx))
     ctx.plan = plan
     ctx.dtypes = _grads.dtypes(h0_r, h0_i)
     ctx.work = work
@@ -135,7 +135,7 @@ def _backward(ctx, saved, d_y, d_last_r, d_last_i):
     lb._launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
                seg=seg, x=(d_y, None), h0=(h0_r, h0_i), y=(h_r, h_i), end=d_last,
                gh0=gh0, p_ctl=g_ctl, p_spec=g_spec, ctl=ctl, gamma=gamma, o=grad_x, xw=x,
-               p_gamma=g_gamma, sync=work.bwd_sync, kept=not getattr(ctx, "in_operator", False))
+               p_gamma=g_gamma, sync=work.bwd_sync, kept=not _grads.in_operator(ctx))
     d_eta, d_delta, g_nu, g_theta = lb._reduced(plan, g_ctl, g_spec)
     # the controller's grad x added into the scan's (grad_x is written in place)
     _, g_dirs, g_scales = controller.backward(x, dirs, scales, s, d_eta.contiguous(),

@@ -41,8 +41,10 @@ def verification_problem(problem: ScanProblem, strategy: Strategy, config: BaseM
     else:
         M = 64 if problem.M % 32 == 0 else 32 + problem.M % 32
     lengths = [L]
-    while problem.L > 320 and 2 * (lengths[-1] - problem.L % 64) + problem.L % 64 < problem.L:
-        lengths.append(2 * (lengths[-1] - problem.L % 64) + problem.L % 64)
+    base, tail = 256, problem.L % 64
+    while problem.L > 320 and 2 * base + tail < problem.L:
+        base *= 2
+        lengths.append(base + tail)
     shapes = [(B, l, m) for l in lengths for m in dict.fromkeys((M, problem.M))]
     for b, l, m in (*shapes, (B, problem.L, problem.M)):
         small = problem.model_copy(update=dict(B=b, L=l, M=m))

@@ -354,11 +354,11 @@ class _LookbackScan(torch.autograd.Function):
             # the loop walk's control table, written by the forward kernel, reused by backward
             ctl = _table(plan, B, L, br.device)
         work = _Zeroed.of(plan, B, L, M, br.device, training)
+        eager = not _grads.in_operator(ctx)
         _launch(plan, False, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
                 seg=seg, x=(br, bi), h0=(h0_r, h0_i), y=(out_r, out_i), end=(last_r, last_i),
-                ctl=ctl, sync=work.fwd_sync, make_table=plan.loop,
-                kept=not getattr(ctx, "in_operator", False))
-        if not training and not ctx.in_operator:
+                ctl=ctl, sync=work.fwd_sync, make_table=plan.loop, kept=eager)
+        if not training and eager:
             return out_r, out_i, last_r, last_i      # no backward: nothing to keep
         ctx.plan = plan
         ctx.shape = (B, L, M)
@@ -384,7 +384,7 @@ class _LookbackScan(torch.autograd.Function):
         _launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
                 seg=seg, x=d_out, h0=(h0_r, h0_i), y=(out_r, out_i), end=d_last, gx=grad_b,
                 gh0=gh0, p_ctl=g_ctl, p_spec=g_spec, ctl=ctl, sync=work.bwd_sync,
-                kept=not getattr(ctx, "in_operator", False))
+                kept=not _grads.in_operator(ctx))
         return _grads.input_grads(_reduced(plan, g_ctl, g_spec),
                                   (eta, delta, nu_log, theta_log), grad_b, gh0,
                                   (h0r_dtype, h0i_dtype))
