@@ -45,6 +45,10 @@ Cases (bf16 unless stated):
 - layer: ``samu_tune.SAMU(modes=M)`` (strategy auto), x [B, L, 2M], forward (no_grad) and
   forward+backward (x and every parameter, a precomputed gradient of y).
 - decode: ``layer.step(x_t, state, out=y_t, state_out=state)`` under no_grad, M = 1024.
+- floor (``benchmarks/host_floor.py``): the host time of the pieces a call is made of (an
+  empty Python call, an allocation, one ATen launch, a 34-argument Triton launch through
+  ``kernel[grid]`` and directly) and of four library calls with and without their Triton
+  launches (stubbed): where the host time goes.
 - model: 4 residual blocks ``x + Linear(2M, 2M)(SAMU(M)(x)[0])``, fp32 parameters, bf16
   autocast, AdamW; a step = forward, ``y.float().pow(2).mean()``, backward, ``opt.step()``,
   ``zero_grad(set_to_none=True)``.  Eager, ``torch.compile`` (default, reduce-overhead,
@@ -101,7 +105,7 @@ LAYER_SHAPES = [(4, 4096, 512), (1, 16384, 256), (8, 1024, 256)]
 DECODE_BATCHES, DECODE_M = (1, 16, 64), 1024
 MODEL_SHAPES = [(4, 4096, 512), (8, 1024, 256), (2, 16384, 256)]
 MODEL_DEPTH = 4
-PARTS = ("scan", "layer", "decode", "model")
+PARTS = ("scan", "layer", "decode", "model", "floor")
 
 # model variants: (name, block kind, torch.compile kwargs or None for eager)
 VARIANTS = [("eager", "samu", None),
@@ -744,6 +748,8 @@ def markdown(data: dict) -> str:
         lines += ["", "Graph break reasons (first line of each distinct reason):", ""]
         lines += [f"- {tuple(shape)} {kind}: " + "; ".join(str(x) for x in rs)
                   for shape, kind, rs in reasons]
+    from benchmarks.host_floor import floor_markdown
+    lines += floor_markdown(data.get("floor", []), fmt)
     if errors:
         lines += ["", "Errors:", ""] + [f"- {e}" for e in dict.fromkeys(errors)]
     return "\n".join(lines) + "\n"
@@ -799,7 +805,9 @@ def main() -> int:
         write_json(args.out / "bench_host.json", data)
 
     print(f"bench_host on {data['meta']['device']} ({clock.kind}), parts {parts}", flush=True)
-    runners = {"scan": run_scan, "layer": run_layer, "decode": run_decode, "model": run_model}
+    from benchmarks.host_floor import run_floor
+    runners = {"scan": run_scan, "layer": run_layer, "decode": run_decode, "model": run_model,
+               "floor": run_floor}
     for part in PARTS:
         if part in parts:
             result = guarded(part, lambda: runners[part](plan, clock, device, data, save) or {})

@@ -1,0 +1,148 @@
+"""Where a call's host time goes: the floor part of ``benchmarks/bench_host.py``.
+
+Host time per call (behind a GPU busy-wait, as bench_host measures it) of the pieces a
+samu_tune call is made of, on the machine that runs the GPU:
+
+- the floors: an empty Python call; one ``torch.empty`` of [4, 4096, 512] bf16; a 16-element
+  torch add (one ATen kernel launch, what a C++ operator's launch costs); a Triton kernel of
+  34 arguments (28 tensors, 6 ints: the look-back kernel's count) launched through
+  ``kernel[grid](...)`` and through samu_tune's direct launch (:mod:`samu_tune.launcher`);
+- the scan forward and forward+backward, the fused layer forward+backward and the decode step,
+  each twice: as is, and with every Triton launch stubbed out (the Python, the torch
+  allocations and fills and the autograd bookkeeping remain; the outputs are garbage).  The
+  difference is what the launches themselves cost the host.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable
+
+import torch
+import triton
+import triton.language as tl
+
+PROBE_SHAPE = (4, 4096, 512)
+SMOKE_SHAPE = (1, 32, 16)
+DECODE_B = 1
+
+
+@triton.jit
+def _probe(t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15, t16, t17,
+           t18, t19, t20, t21, t22, t23, t24, t25, t26, t27, i0, i1, i2, i3, i4, i5,
+           X: tl.constexpr):
+    tl.store(t0 + tl.program_id(0), i0 + X)
+
+
+@contextlib.contextmanager
+def launches_stubbed():
+    """Every Triton launch a no-op inside the block: samu_tune's direct launches and
+    ``kernel[grid](...)``."""
+    from triton.runtime.jit import JITFunction
+    from samu_tune import launcher
+
+    def noop(*args, **kwargs):
+        return None
+
+    saved = [(JITFunction, "__getitem__", JITFunction.__getitem__)]
+    JITFunction.__getitem__ = lambda self, grid: noop
+    fast = getattr(launcher, "FastKernel", None)
+    if fast is not None:
+        saved.append((fast, "__getitem__", fast.__getitem__))
+        fast.__getitem__ = lambda self, grid: noop
+        if hasattr(fast, "launch"):
+            saved.append((fast, "launch", fast.launch))
+            fast.launch = lambda self, grid, args, kwargs: None
+    try:
+        yield
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
+
+
+def floor_calls(device: torch.device, shape=PROBE_SHAPE) -> dict[str, Callable]:
+    """The floor cases: name -> zero-argument call."""
+    from samu_tune import launcher
+    tensors = [torch.empty(64, device=device) for _ in range(28)]
+    ints = (3, 5, 7, 9, 11, 13)
+    small = torch.ones(16, device=device)
+    calls = {
+        "Python call (empty)": lambda: None,
+        f"torch.empty {list(shape)} bf16": lambda: torch.empty(shape, device=device,
+                                                               dtype=torch.bfloat16),
+        "torch add, 16 elements (one ATen launch)": lambda: small + small,
+        "Triton launch, 34 arguments, kernel[grid]": lambda: _probe[(1,)](*tensors, *ints, X=1),
+    }
+    fast = launcher.fast(_probe) if hasattr(launcher, "fast") else None
+    if fast is not None and hasattr(fast, "launch"):
+        args, kwargs = (*tensors, *ints), {"X": 1}
+        calls["Triton launch, 34 arguments, direct"] = lambda: fast.launch((1, 1, 1), args,
+                                                                            kwargs)
+    return calls
+
+
+def stub_pairs(device: torch.device, shape=PROBE_SHAPE) -> dict[str, Callable]:
+    """The library calls measured with and without their launches."""
+    from benchmarks.bench_host import decode_call, layer_call, scan_call, scan_inputs
+    inputs = scan_inputs(shape, device)
+    M = 1024 if shape == PROBE_SHAPE else shape[-1]
+    return {f"scan forward {shape}": scan_call(inputs, False),
+            f"scan forward+backward {shape}": scan_call(inputs, True),
+            f"layer forward+backward {shape}": layer_call(shape, device, True),
+            f"decode step B={DECODE_B} M={M}": decode_call(DECODE_B, M, device)}
+
+
+def run_floor(plan, clock, device: torch.device, out: dict, save: Callable) -> None:
+    from benchmarks.bench_host import guarded
+    n = 2 if plan.smoke else 200
+    shape = SMOKE_SHAPE if plan.smoke else PROBE_SHAPE
+    rows = out.setdefault("floor", [])
+
+    def host(call: Callable, n: int) -> dict:
+        for _ in range(plan.warmup):
+            call()
+        clock.sync()
+        wall = clock.wall(call, n, 1)
+        return clock.behind_sleep(call, n, wall["wall_ms"])
+
+    for name, call in floor_calls(device, shape).items():
+        row = {"case": name, **guarded(name, lambda: host(call, n))}
+        rows.append(row)
+        _report(name, row)
+        save()
+    for name, call in stub_pairs(device, shape).items():
+        m = 2 if plan.smoke else 30
+        row = {"case": name, "full": guarded(name, lambda: host(call, m))}
+        with launches_stubbed():
+            row["stubbed"] = guarded(name + " (stubbed)", lambda: host(call, m))
+        rows.append(row)
+        _report(name, row["full"], row["stubbed"])
+        save()
+
+
+def _report(name: str, *results: dict) -> None:
+    cells = [r["error"][:120] if "error" in r else f"host {r['host_ms'] * 1e3:.1f} us"
+             for r in results]
+    print(f"[floor] {name}: " + " | ".join(cells), flush=True)
+
+
+def floor_markdown(rows: list[dict], fmt: Callable) -> list[str]:
+    """The floor tables (us per call)."""
+    if not rows:
+        return []
+
+    def us(r):
+        return None if not r or "error" in r else r["host_ms"] * 1e3
+
+    lines = ["", "## Host floor: where a call's host time goes", "",
+             "Host us per call behind a GPU busy-wait.  'Launches stubbed': every Triton launch "
+             "a no-op (Python, torch allocations and fills, autograd remain).", "",
+             "| case | host us/call |", "|---|---|"]
+    lines += [f"| {r['case']} | {fmt(us(r))} |" for r in rows if "full" not in r]
+    lines += ["", "| call | host us/call | launches stubbed | the launches |",
+              "|---|---|---|---|"]
+    for r in rows:
+        if "full" in r:
+            full, stub = us(r["full"]), us(r["stubbed"])
+            diff = full - stub if full is not None and stub is not None else None
+            lines.append(f"| {r['case']} | {fmt(full)} | {fmt(stub)} | {fmt(diff)} |")
+    return lines

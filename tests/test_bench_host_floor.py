@@ -1,0 +1,37 @@
+"""The host-floor part of benchmarks/bench_host.py on the CPU (interpreter, tiny shapes)."""
+import pytest
+import torch
+
+from benchmarks.bench_host import CpuClock, Plan, fmt
+from benchmarks.host_floor import floor_markdown, launches_stubbed, run_floor
+from samu_tune import launcher
+from triton.runtime.jit import JITFunction
+
+# the interpreter's launches on CPU tensors (on a CUDA machine the benchmark itself runs)
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter test")
+
+
+def test_stubbing_restores_launches():
+    before = (JITFunction.__getitem__, launcher.FastKernel.__getitem__,
+              launcher.FastKernel.launch)
+    with launches_stubbed():
+        assert launcher.FastKernel.launch is not before[2]
+        assert JITFunction.__getitem__ is not before[0]
+    assert (JITFunction.__getitem__, launcher.FastKernel.__getitem__,
+            launcher.FastKernel.launch) == before
+
+
+def test_floor_rows_and_table():
+    out: dict = {}
+    run_floor(Plan(quick=False, smoke=True), CpuClock(), torch.device("cpu"), out,
+              lambda: None)
+    rows = out["floor"]
+    pairs = [r for r in rows if "full" in r]
+    assert len(pairs) == 4 and len(rows) == 9
+    assert not any("error" in r for r in rows if "full" not in r)
+    for r in pairs:
+        assert "error" not in r["full"] and "error" not in r["stubbed"], r
+        # the interpreter runs every kernel on the CPU: its launches dominate a call
+        assert r["stubbed"]["host_ms"] < r["full"]["host_ms"], r
+    table = "\n".join(floor_markdown(rows, fmt))
+    assert "| scan forward (1, 32, 16) |" in table and "the launches" in table
