@@ -157,6 +157,29 @@ def test_refine_tries_two_fields_at_once(env, clock):
     assert result.winner.time_ms == pytest.approx(1.0)
 
 
+def _gated_valid(problem, cfg) -> bool:
+    """b > 0 only with a = 0 (as the look-back's width 8 needs one row per step)."""
+    return cfg.b == 0 or cfg.a == 0
+
+
+def _gated_cost(cfg) -> float:
+    """1.0 ms at a = 0, b = 2 only; elsewhere the default a = 3 is the best and every step
+    away from it loses."""
+    return 1.0 if (cfg.a, cfg.b) == (0, 2) else 2.0 + 0.1 * (3 - cfg.a) + 0.1 * cfg.c
+
+
+def test_refine_reaches_values_invalid_one_field_away(env, clock):
+    # from the default (3, 0, 0) no one-field step reaches b > 0 (it needs a = 0 too): the
+    # line of b holds the configs that change one field more, so the optimum is found
+    # before the patience stop ends the search
+    env.add(fake("gated", _gated_cost, config_model=Grid3Config, valid=_gated_valid,
+                 default=lambda problem: Grid3Config(a=3)))
+    result = samu_tune.tune(FWD, strategies=["gated"], reps=1, patience=6)
+    assert result.winner.config == {"a": 0, "b": 2, "c": 0}
+    assert result.winner.time_ms == pytest.approx(1.0)
+    assert len(result.candidates) < 18          # the valid space
+
+
 def test_the_reference_is_a_fallback(env, clock):
     env.add(fake("good", 2.0))
     both = samu_tune.tune(FWD, strategies=["good", "reference"], reps=1)
