@@ -51,6 +51,9 @@ if on "${T_TESTS:-110}"; then
       ${TEST_K:+-k "$TEST_K"} 2>&1 \
       | grep -E "PASSED|FAILED|ERROR|Error|assert|passed|failed" > "$OUT/gpu_tests.log"
   grep -c PASSED "$OUT/gpu_tests.log"; grep -E "FAILED|ERROR|passed|failed" "$OUT/gpu_tests.log" | tail -8
+  # pytest-xdist's workers outlive a pytest that timeout killed, and would go on compiling and
+  # running kernels beside the phases that measure: end them
+  pkill -f 'exec\(eval\(sys.stdin.readline' 2>/dev/null && echo "killed leftover test workers"
 fi
 if on "${T_LOOKBACK:-0}"; then
   phase lookback
