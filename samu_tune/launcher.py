@@ -21,6 +21,9 @@ with the arguments ``JITFunction.run`` passes (Triton 3.6 and 3.9, ``runtime/jit
 
 ``bound_args`` holds every parameter of the kernel's signature in order, constexprs and None
 included, defaults applied (the launcher drops the constexprs itself).  The wrapper passes
+each plain tensor by its address (an int), which the launcher takes as it is: for a tensor
+object it would call ``data_ptr()`` and ask the driver whether the address is device memory
+(``cuPointerGetAttribute``), once per tensor and launch.  The wrapper passes
 None for the launch metadata and both hooks: it launches directly only while Triton's launch
 hooks are unset or empty hook chains (Triton 3.6 and 3.9 default to empty chains, which call
 nothing), so the launcher skips the hook calls Triton would make to no effect.  The grid is a
@@ -170,24 +173,40 @@ def _spec(a):
 
 @functools.lru_cache(maxsize=None)
 def _key_function(n: int, fixed: bool = False) -> Callable:
-    """``key(device, kwargs, a0, ..., a{n-1})``: the specialisation key of a call with ``n``
-    positional arguments, one flat tuple: the device, the keywords' names, values and value
-    types (True, 1 and 1.0 are equal keys but different constexprs), then one entry per
-    argument: a 16-byte aligned tensor's dtype, ``(dtype, "misaligned")``, None, or
-    :func:`_spec`'s entry.  Generated code without a loop: a tensor costs its type check,
-    ``data_ptr()`` and ``dtype``.  ``fixed``: ``key(device, id_of_kwargs, a0, ...)``, for
-    keywords whose dict is kept (:meth:`FastKernel.launch`)."""
+    """``key(device, kwargs, a0, ..., a{n-1})`` -> (key, arguments): the specialisation key of
+    a call with ``n`` positional arguments, one flat tuple: the device, the keywords' names,
+    values and value types (True, 1 and 1.0 are equal keys but different constexprs), then one
+    entry per argument: a 16-byte aligned tensor's dtype, ``(dtype, "misaligned")``, None, or
+    :func:`_spec`'s entry; and the arguments for the launcher, each ``torch.Tensor`` replaced
+    by its address.  The launcher takes an int pointer as it is, where for a tensor it calls
+    ``data_ptr()`` and asks the driver whether the address is device memory
+    (``cuPointerGetAttribute``, once per tensor and launch; Triton 3.6 and 3.9): the callers
+    pass CUDA tensors of the current device (the public entry points check devices), and
+    the first launch of every key goes through Triton with the tensors themselves.  Generated
+    code without a loop: a tensor costs its type check, ``data_ptr()`` and ``dtype``.
+    ``fixed``: ``key(device, id_of_kwargs, a0, ...)``, for keywords whose dict is kept
+    (:meth:`FastKernel.launch`)."""
     names = [f"a{i}" for i in range(n)]
-    parts = [f"({a}.dtype if not {a}.data_ptr() & 15 else ({a}.dtype, 'misaligned')) "
-             f"if type({a}) is T else None if {a} is None else spec({a})" for a in names]
+    body = []
+    for i, a in enumerate(names):
+        body += [f"    if type({a}) is T:",
+                 f"        p{i} = {a}.data_ptr()",
+                 f"        k{i} = {a}.dtype if not p{i} & 15 else ({a}.dtype, 'misaligned')",
+                 f"    elif {a} is None:",
+                 f"        p{i} = k{i} = None",
+                 "    else:",
+                 f"        p{i} = {a}",
+                 f"        k{i} = spec({a})"]
+    keys = ", ".join(f"k{i}" for i in range(n))
+    ptrs = ", ".join(f"p{i}" for i in range(n)) + ("," if n == 1 else "")
     if fixed:
-        src = (f"def key(device, kw_id, {', '.join(names)}):\n"
-               f"    return (device, 'fixed', kw_id, {', '.join(parts)})\n")
+        src = (f"def key(device, kw_id, {', '.join(names)}):\n" + "\n".join(body) + "\n"
+               f"    return (device, 'fixed', kw_id, {keys}), ({ptrs})\n")
     else:
-        src = (f"def key(device, kw, {', '.join(names)}):\n"
+        src = (f"def key(device, kw, {', '.join(names)}):\n" + "\n".join(body) + "\n"
                f"    values = tuple(kw.values())\n"
-               f"    return (device, tuple(kw), values, tuple(map(type, values)),\n"
-               f"            {', '.join(parts)})\n")
+               f"    return (device, tuple(kw), values, tuple(map(type, values)), {keys}), "
+               f"({ptrs})\n")
     namespace = {"T": _Tensor, "spec": _spec}
     exec(compile(src, f"<samu_tune.launcher key/{n}>", "exec"), namespace)
     return namespace["key"]
@@ -319,9 +338,9 @@ class FastKernel:
         device = self._device()
         try:
             if fixed:
-                key = _key_function(len(args), True)(device, id(kwargs), *args)
+                key, ptrs = _key_function(len(args), True)(device, id(kwargs), *args)
             else:
-                key = _key_function(len(args))(device, kwargs, *args)
+                key, ptrs = _key_function(len(args))(device, kwargs, *args)
             record = self._records.get(key)
         except (_Unsupported, TypeError):          # TypeError: an unhashable keyword value
             self.normal += 1
@@ -343,7 +362,7 @@ class FastKernel:
         n = len(grid)
         try:
             launcher(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1,
-                     self._stream(device), function, packed, None, None, None, *args, *tail)
+                     self._stream(device), function, packed, None, None, None, *ptrs, *tail)
         except Exception as exc:
             self.normal += 1
             kernel = fn[grid](*args, **kwargs)     # raises when the call itself is wrong

@@ -102,6 +102,11 @@ def direct(monkeypatch):
     reload_settings()
 
 
+def _addresses(args):
+    """``args`` as the direct launch passes them to the launcher: each tensor by its address."""
+    return tuple(a.data_ptr() if type(a) is torch.Tensor else a for a in args)
+
+
 def _args(x=None, y=None, g=None, n=40, scale=0.5, flag=True):
     x = torch.zeros(64, dtype=torch.bfloat16) if x is None else x
     y = torch.zeros(64, dtype=torch.float32) if y is None else y
@@ -117,14 +122,15 @@ def test_second_launch_goes_direct_with_every_parameter_in_order(direct):
     got = w[(3,)](*args, A=2, num_warps=4)
     assert got is k.compiled[0] and len(k.launches) == 1
     assert k.compiled[0].calls == [(3, 1, 1, STREAM, 0xF00D, (4, 1, 0), None, None, None,
-                                    *args, 2, 7, None)]
+                                    *_addresses(args), 2, 7, None)]
+    assert type(k.compiled[0].calls[0][9]) is int     # a tensor goes as its address
     # other tensors and ints of the same specialisation, a 2-D and a 3-D grid
     args2 = _args(n=8, scale=2.0, flag=False)
     w[(5, 2)](*args2, A=2, num_warps=4)
     w[(5, 2, 6)](*args2, A=2, num_warps=4)
     assert len(k.launches) == 1 and (w.direct, w.normal) == (3, 1)
     assert [c[:3] for c in k.compiled[0].calls[1:]] == [(5, 2, 1), (5, 2, 6)]
-    assert k.compiled[0].calls[-1][9:] == (*args2, 2, 7, None)
+    assert k.compiled[0].calls[-1][9:] == (*_addresses(args2), 2, 7, None)
 
 
 @pytest.mark.parametrize("change", ["misaligned", "int_one", "int64", "int_mod16", "dtype",
@@ -175,7 +181,7 @@ def test_a_kept_keyword_dict_is_keyed_by_identity(direct):
     assert w.launch((3,), args, kw) is k.compiled[0]
     w.launch((3,), args, kw)
     assert len(k.launches) == 1 and k.compiled[0].calls == [
-        (3, 1, 1, STREAM, 0xF00D, (4, 1, 0), None, None, None, *args, 2, 7, None)]
+        (3, 1, 1, STREAM, 0xF00D, (4, 1, 0), None, None, None, *_addresses(args), 2, 7, None)]
     w.launch((3,), _args(n=1), kw)                   # an int 1: a new specialisation
     assert len(k.launches) == 2
     w.launch((3,), args, dict(kw))                   # another dict: another key
@@ -398,7 +404,10 @@ def test_the_direct_launch_passes_what_triton_passes(real_jit):
     assert len(through_triton) == len(direct_call) == 9 + 9
     assert through_triton[:6] == direct_call[:6] == (3, 2, 1, STREAM, 0xF00D, (4, 1, 0))
     assert direct_call[6:9] == (None, None, None)
-    assert all(a is b for a, b in zip(through_triton[9:], direct_call[9:]))
+    # the same values, each tensor by its address (the launcher takes an int pointer as is)
+    assert direct_call[9:] == _addresses(through_triton[9:])
+    assert all(a is b for a, b in zip(through_triton[9:], direct_call[9:])
+               if type(a) is not torch.Tensor)
 
 
 def test_a_direct_launch_uses_the_binary_triton_would(real_jit):
@@ -550,3 +559,16 @@ def test_every_launch_site_passes_its_kept_keyword_dict(monkeypatch):
     assert {"lookback_scan", "controller_forward", "controller_backward", "layer_operands",
             "layer_operands_backward", "samu_decode_step"} <= set(seen)
     assert {name: len({id(kw) for kw in dicts}) for name, dicts in seen.items()} == first
+
+
+def test_a_tensor_subclass_goes_to_the_launcher_as_itself(direct):
+    """Only plain tensors are passed by address: a subclass (nn.Parameter) is passed as the
+    object, which the launcher asks for its address and checks with the driver itself."""
+    k, w = _wrapped()
+    x = torch.nn.Parameter(torch.zeros(64, dtype=torch.bfloat16))
+    args = _args(x=x)
+    w[(2,)](*args, A=2)
+    w[(2,)](*args, A=2)
+    assert w.direct == 1
+    passed = k.compiled[0].calls[0][9:15]
+    assert passed[0] is x and passed[1] == args[1].data_ptr() and passed[2] is None
