@@ -11,11 +11,13 @@ Per case (shape, mode):
       (round robin, one sample each per round): ``ratio = pick / best of the exhaustive``
       (target <= 1.03).
 
-Before the cases, a pool of processes compiles (Triton's disk cache is shared) every
-exhaustive candidate and each strategy's default and one-field neighbours (what the tuner's
-first search pass reaches) at the case's shape and at the tuner's verification shape, then a
-throwaway tune of a small problem pays the process's one-time costs: the tune of (a) is so
-measured on a warm disk cache, as a process that dispatches an untuned shape sees it.  A
+Before each case, a pool of processes compiles (Triton's disk cache is shared) the case's
+exhaustive candidates and each strategy's default and one-field neighbours (what the tuner's
+first search pass reaches) at the case's shape and at the tuner's verification shape, for at
+most --warm-share of the case's share of the time left; before the first, a throwaway tune of
+a small problem pays the process's one-time costs: the tune of (a) is so measured on a warm
+disk cache, as a process that dispatches an untuned shape sees it, and a run that
+--time-limit cuts short has measured its first cases whole.  A
 candidate the pool did not reach compiles inside the tune; ``cold`` counts those (first call
 over 1 s).
 
@@ -49,8 +51,10 @@ from samu_tune.ops.scan.verify import verify_strategy
 from benchmarks.common import (add_out, error_text, make_call, parse_shape, spawn_pool,
                                time_call, write_json)
 
-# off the benchmark grid (the shipped table holds the grid shapes: its winners are priors here)
-CASES = "16,2048,512:forward;16,2048,512:train;4,16384,256:forward;2,32768,128:train"
+# off the benchmark grid (the shipped table holds the grid shapes: its winners are priors here),
+# four shapes in both modes
+CASES = ("16,2048,512:forward;16,2048,512:train;4,16384,256:forward;4,16384,256:train;"
+         "2,32768,128:forward;2,32768,128:train;3,5000,300:forward;3,5000,300:train")
 COLD_S = 1.0   # a first call slower than this compiled (a disk-cache load takes ~0.1 s)
 
 
@@ -125,12 +129,13 @@ def _warm(task):
         return task, time.perf_counter() - t0, error_text(exc, 300)
 
 
-def warm_pool(tasks, workers: int, deadline: float) -> dict:
-    """Run ``tasks`` in a pool until done or ``deadline`` (pending ones are cancelled)."""
+def warm_in(pool, tasks, deadline: float) -> dict:
+    """Run ``tasks`` in ``pool`` until done or ``deadline``: pending ones are cancelled and
+    the running ones finish before this returns (left running, they would share the GPU and
+    the CPUs with the tune being measured)."""
     out = {"tasks": len(tasks), "done": 0, "errors": [], "seconds": 0.0, "cancelled": 0}
-    if not tasks or workers < 1:
+    if pool is None or not tasks:
         return out
-    pool = spawn_pool(workers)
     futures = [pool.submit(_warm, t) for t in tasks]
     try:
         for fut in cf.as_completed(futures, timeout=max(1.0, deadline - time.monotonic())):
@@ -144,10 +149,14 @@ def warm_pool(tasks, workers: int, deadline: float) -> dict:
     except Exception as exc:  # a broken pool: the cases compile in-process instead
         out["errors"].append("pool: " + error_text(exc, 294))
     out["cancelled"] = sum(f.cancel() for f in futures)
-    # wait for the running compiles: left running, they share the GPU and the CPUs with the
-    # tunes being measured
-    pool.shutdown(wait=True, cancel_futures=True)
+    cf.wait([f for f in futures if not f.cancelled()])
     return out
+
+
+def _add_warm(total: dict, part: dict) -> None:
+    for k in ("tasks", "done", "seconds", "cancelled"):
+        total[k] += part[k]
+    total["errors"] += part["errors"]
 
 
 # ---------------------------------------------------------------- one case -------------------
@@ -383,24 +392,24 @@ def main(argv=None):
         result["device"] = "cpu"
     save()
 
-    # 1. compile pool: exhaustive sets first (needed whole), then the tuner's first pass
-    tasks, seen = [], set()
+    # 1. each case's compile tasks: its exhaustive set first (needed whole), then the tuner's
+    # first pass; compiled case by case (below), so a run cut short by --time-limit still
+    # measures its first cases on a warm cache
+    per_case, seen = [], set()
     groups = [exhaustive_set] + ([] if args.no_neighbours else [neighbour_set])
-    for group in groups:
-        for p in problems:
+    for p in problems:
+        tasks = []
+        for group in groups:
             for name, cfg in group(p):
                 task = (name, cfg, p.key(), device)
                 ident = json.dumps(task[:3], sort_keys=True)
                 if ident not in seen:
                     seen.add(ident)
                     tasks.append(task)
-    t0 = time.monotonic()
-    warm_deadline = t_start + args.warm_share * args.time_limit
-    result["warm"] = warm_pool(tasks, args.workers, warm_deadline)
-    result["warm_wall_s"] = time.monotonic() - t0
-    print(f"compile pool: {result['warm']['done']}/{len(tasks)} in {result['warm_wall_s']:.0f}s"
-          f" ({len(result['warm']['errors'])} errors)", flush=True)
-    save()
+        per_case.append(tasks)
+    pool = spawn_pool(args.workers) if args.workers >= 1 else None
+    result["warm"] = {"tasks": 0, "done": 0, "errors": [], "seconds": 0.0, "cancelled": 0}
+    result["warm_wall_s"] = 0.0
 
     # 2. a throwaway tune: the process's one-time costs are not charged to the first case
     if args.pre_tune:
@@ -414,18 +423,28 @@ def main(argv=None):
             result["pre_tune_error"] = error_text(exc, 300)
         save()
 
-    # 3. the cases
+    # 3. the cases, each after its compile tasks (--warm-share of its share of the time)
     for i, p in enumerate(problems):
         if time.monotonic() > deadline - 10.0:
             result["cases"].append({"key": p.key(), "skipped": "--time-limit"})
             continue
+        t0 = time.monotonic()
+        share = (deadline - t0) / (len(problems) - i)
+        warm = warm_in(pool, per_case[i], t0 + args.warm_share * share)
+        _add_warm(result["warm"], warm)
+        result["warm_wall_s"] += time.monotonic() - t0
+        print(f"[{p.key()}] compile pool: {warm['done']}/{warm['tasks']} in "
+              f"{time.monotonic() - t0:.0f}s ({len(warm['errors'])} errors)", flush=True)
         try:
             case = run_case(p, args, deadline, device, len(problems) - i)
         except Exception as exc:
             case = {"key": p.key(), "error": error_text(exc),
                     "trace": traceback.format_exc()[-1500:]}
+        case["warm"] = {k: v for k, v in warm.items() if k != "errors"}
         result["cases"].append(case)
         save()
+    if pool is not None:
+        pool.shutdown(wait=True, cancel_futures=True)
     save()
     print(markdown(result), flush=True)
 
