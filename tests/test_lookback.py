@@ -367,11 +367,17 @@ def test_config_space_is_pruned_and_default_is_valid():
     assert not lb.valid(_problem(1, 32, 8), SMALL.model_copy(update={"lookback_width": 8}))
     assert not lb.valid(_problem(8, 8192, 1024), LookbackConfig(    # 4 lanes x 8: spills
         chunk=32, block_m=512, num_warps=4, inner="loop", lookback_width=8))
-    # the staged 64-step loop walk of 256 modes: two rows per step up to M = 512, then one
-    assert [(lb.default(_problem(B, L, M)).block_m, lb.default(_problem(B, L, M)).rows)
-            for B, L, M in ((1, 16384, 256), (4, 4096, 512), (3, 5000, 300),
-                            (8, 8192, 1024), (2, 65536, 128))] == [
-        (256, 2), (256, 2), (256, 2), (256, 1), (128, 2)]
+    # the staged 64-step loop walk of 256 modes: two rows per step up to M = 512, then one;
+    # of 128 modes: two rows, or one row with a look-back width of 8 from 1024 chunks on
+    defaults = [lb.default(_problem(B, L, M))
+                for B, L, M in ((1, 16384, 256), (4, 4096, 512), (3, 5000, 300),
+                                (8, 8192, 1024), (2, 65536, 128), (4, 65472, 200),
+                                (4, 128, 200))]
+    assert [(c.block_m, c.rows, c.lookback_width) for c in defaults] == [
+        (256, 2, 1), (256, 2, 1), (256, 2, 1), (256, 1, 1), (128, 1, 8), (128, 2, 1),
+        (128, 2, 1)]
+    det = lb.default(_problem(2, 65536, 128, deterministic=True))
+    assert (det.rows, det.lookback_width, det.lookback) == (2, 1, "chained")
     assert lb.default(_problem(1, 20, 8, deterministic=True)).lookback == "chained"
     assert lb.default(_problem(1, 20, 8, deterministic=True)).window == 1
     assert lb.default(_problem(1, 5000, 8, deterministic=True)).window == 8

@@ -44,6 +44,12 @@ _LOOP_ROWS2_MAX_CHUNK = 64
 # A width pays only where a walk can be longer than the next narrower width covers in a poll.
 _MAX_WIDTH_LANES = 16
 _WIDTH_BELOW = {8: 1, 16: 8}
+# the default of 128 modes takes look-back width 8 (one row per step) from this many 64-step
+# chunks on: at (2, 65536, 128), 1024 chunks, it is the tuned pick of the H200 table and of an
+# H100, where two rows (the default below it) ran 1.17x slower; shorter walks are not
+# measured, and the width doubles the staged forward's registers (87 -> 155, sm_90), so fewer
+# programs are resident where it may not pay
+_WIDE_DEFAULT_CHUNKS = 1024
 
 # software-pipeline stages of the loop walks (``stages`` > 1): Triton's pipeliner copies the
 # next stages - 1 steps' rows and controls into shared memory with cp.async (checked in the
@@ -169,7 +175,8 @@ def default(problem: ScanProblem) -> LookbackConfig:
     modes (4 lanes per thread) where M >= 256 (20-25% faster than unstaged 32-step chunks at
     (8, 8192, 1024)), two rows per step up to M = 512 (the tuned pick at every such grid
     shape tuned on an H100 and in the H200 table, 3-16% faster than one row on the H100)
-    and one above, else 128 modes two rows per step.  Shorter L: 32-step
+    and one above; else 128 modes two rows per step, or, from ``_WIDE_DEFAULT_CHUNKS`` chunks
+    on, one row with a look-back width of 8 (decoupled).  Shorter L: 32-step
     loop chunks of up to 512 modes (unstaged: a 32-step walk is mostly pipeline prologue).
     Narrower M: the tile scan, 128-step chunks of 32 modes at 4 warps, shrunk to fit small
     problems.  Under deterministic mode chained, with a window of 8 chunks when there are
@@ -177,9 +184,13 @@ def default(problem: ScanProblem) -> LookbackConfig:
     mode = "chained" if problem.deterministic else "decoupled"
     if problem.M >= 128 and problem.L >= 64:
         block_m = 256 if problem.M >= 256 else 128
-        for rows in ((2, 1) if problem.M <= 512 else (1,)):
+        # (rows, look-back width), the first valid one
+        steps = ((2, 1), (1, 1)) if problem.M <= 512 else ((1, 1),)
+        if block_m == 128 and n_chunks(problem.L, 64) >= _WIDE_DEFAULT_CHUNKS:
+            steps = ((1, 8),) + steps
+        for rows, width in steps:
             cfg = LookbackConfig(chunk=64, block_m=block_m, num_warps=2, inner="loop",
-                                 rows=rows, stages=6, lookback=mode,
+                                 rows=rows, lookback_width=width, stages=6, lookback=mode,
                                  window=8 if mode == "chained" and n_chunks(problem.L, 64) > 8
                                  else 1)
             if valid(problem, cfg):
