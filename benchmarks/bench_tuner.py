@@ -133,7 +133,7 @@ def warm_in(pool, tasks, deadline: float) -> dict:
     """Run ``tasks`` in ``pool`` until done or ``deadline``: pending ones are cancelled and
     the running ones finish before this returns (left running, they would share the GPU and
     the CPUs with the tune being measured)."""
-    out = {"tasks": len(tasks), "done": 0, "errors": [], "seconds": 0.0, "cancelled": 0}
+    out = _warm_stats(len(tasks))
     if pool is None or not tasks:
         return out
     futures = [pool.submit(_warm, t) for t in tasks]
@@ -151,6 +151,11 @@ def warm_in(pool, tasks, deadline: float) -> dict:
     out["cancelled"] = sum(f.cancel() for f in futures)
     cf.wait([f for f in futures if not f.cancelled()])
     return out
+
+
+def _warm_stats(tasks: int = 0) -> dict:
+    """Compile-pool counts: tasks, done, errors, worker seconds, cancelled."""
+    return {"tasks": tasks, "done": 0, "errors": [], "seconds": 0.0, "cancelled": 0}
 
 
 def _add_warm(total: dict, part: dict) -> None:
@@ -408,7 +413,7 @@ def main(argv=None):
                     tasks.append(task)
         per_case.append(tasks)
     pool = spawn_pool(args.workers) if args.workers >= 1 else None
-    result["warm"] = {"tasks": 0, "done": 0, "errors": [], "seconds": 0.0, "cancelled": 0}
+    result["warm"] = _warm_stats()
     result["warm_wall_s"] = 0.0
 
     # 2. a throwaway tune: the process's one-time costs are not charged to the first case

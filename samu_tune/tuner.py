@@ -109,8 +109,10 @@ def _coordinate_descent(search: Search, strategy: Strategy, start: BaseModel,
                 others = [f for f in fields if f != field]
                 line = [c for c in space
                         if all(getattr(c, f) == getattr(best, f) for f in others)]
-                line += _repairs(space, best, field, others,
-                                 values[field] - {getattr(c, field) for c in line})
+                # repairs: a value no config of the line takes, with one more field changed
+                unreached = values[field] - {getattr(c, field) for c in line}
+                unreached.discard(getattr(best, field))
+                line += [c for c in space if getattr(c, field) in unreached and differ(c) == 2]
                 if not evaluate_all([c for c in line if c != best]):
                     return
                 new_best = min(line, key=time_of, default=best)
@@ -123,14 +125,6 @@ def _coordinate_descent(search: Search, strategy: Strategy, start: BaseModel,
         if not time_of(new_best) < time_of(best):
             return
         best = new_best
-
-
-def _repairs(space: list[BaseModel], best: BaseModel, field: str, others: list[str],
-             unreached: set) -> list[BaseModel]:
-    """The valid configs whose ``field`` takes a value of ``unreached`` and that differ from
-    ``best`` in exactly one other field (see :func:`_coordinate_descent`)."""
-    return [c for c in space if getattr(c, field) in unreached
-            and sum(getattr(c, f) != getattr(best, f) for f in others) == 1]
 
 
 def tune(problem: Problem, mode: Optional[Literal["train", "forward"]] = None, *,
