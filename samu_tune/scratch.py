@@ -37,7 +37,11 @@ def fp32(role: str, words: int, device: torch.device) -> torch.Tensor:
     if settings().poison or (cuda and (_stream_of is None or _capturing is None
                                        or _capturing())):
         return alloc.empty(max(words, 1), dtype=torch.float32, device=device)
-    key = (role, device, _stream_of(device.index) if cuda else 0)
+    index = device.index
+    if cuda and index is None:                     # torch.device("cuda"): the current device
+        index = torch.cuda.current_device()
+        device = torch.device("cuda", index)
+    key = (role, device, _stream_of(index) if cuda else 0)
     kept = _KEPT.get(key)
     if kept is not None and kept.numel() >= words:
         return kept
