@@ -11,15 +11,17 @@ Per case (shape, mode):
       (round robin, one sample each per round): ``ratio = pick / best of the exhaustive``
       (target <= 1.03).
 
-Before each case, a pool of processes compiles (Triton's disk cache is shared) the case's
-exhaustive candidates and each strategy's default and one-field neighbours (what the tuner's
-first search pass reaches) at the case's shape and at the tuner's verification shape, for at
-most --warm-share of the case's share of the time left; before the first, a throwaway tune of
-a small problem pays the process's one-time costs: the tune of (a) is so measured on a warm
-disk cache, as a process that dispatches an untuned shape sees it, and a run that
---time-limit cuts short has measured its first cases whole.  A
-candidate the pool did not reach compiles inside the tune; ``cold`` counts those (first call
-over 1 s).
+Before each case, a pool of processes compiles (Triton's disk cache is shared) each
+strategy's default and one-field neighbours (what the tuner's first search pass reaches), then
+the case's exhaustive candidates, at the case's shape and at the tuner's verification shape,
+for at most --warm-share of the case's share of the time left; before the first, a throwaway
+tune of a small problem pays the process's one-time costs: the tune of (a) is so measured on a
+warm disk cache, as a process that dispatches an untuned shape sees it, and a run that
+--time-limit cuts short has measured its first cases whole.  A candidate the pool did not
+reach compiles inside the tune; ``cold`` counts those (first call over 1 s).  The pool's
+tasks left over compile after the tune, in parallel, before the exhaustive timing (compiled
+one by one inside it, 68 configs took 152 s on an H100 host).  An exhaustive set that
+--time-limit cut short is marked: its ratio is against the best of the configs timed.
 
 Output under --out: bench_tuner.json (saved after every step) and bench_tuner.md.  Every
 failure is recorded and the run goes on; --time-limit bounds the whole run (the compile pool
@@ -130,26 +132,38 @@ def _warm(task):
 
 
 def warm_in(pool, tasks, deadline: float) -> dict:
-    """Run ``tasks`` in ``pool`` until done or ``deadline``: pending ones are cancelled and
-    the running ones finish before this returns (left running, they would share the GPU and
-    the CPUs with the tune being measured)."""
+    """Run ``tasks`` in ``pool`` until done or ``deadline``: pending ones are cancelled (kept
+    in the result's ``left``, in order) and the running ones finish, and are counted, before
+    this returns (left running, they would share the GPU and the CPUs with the tune being
+    measured)."""
     out = _warm_stats(len(tasks))
+    out["left"] = list(tasks) if pool is None else []
     if pool is None or not tasks:
         return out
-    futures = [pool.submit(_warm, t) for t in tasks]
     try:
-        for fut in cf.as_completed(futures, timeout=max(1.0, deadline - time.monotonic())):
-            task, secs, err = fut.result()
-            out["done"] += 1
-            out["seconds"] += secs
-            if err:
-                out["errors"].append(f"{candidate_name(task[0], task[1])} {task[2]}: {err}")
-    except cf.TimeoutError:
-        pass
+        futures = [pool.submit(_warm, t) for t in tasks]
+        cf.wait(futures, timeout=max(1.0, deadline - time.monotonic()),
+                return_when=cf.ALL_COMPLETED)
     except Exception as exc:  # a broken pool: the cases compile in-process instead
         out["errors"].append("pool: " + error_text(exc, 294))
-    out["cancelled"] = sum(f.cancel() for f in futures)
+        out["left"] = list(tasks)
+        out["cancelled"] = len(tasks)
+        return out
+    out["left"] = [t for t, f in zip(tasks, futures) if f.cancel()]
+    out["cancelled"] = len(out["left"])
     cf.wait([f for f in futures if not f.cancelled()])
+    for fut in futures:
+        if fut.cancelled():
+            continue
+        try:
+            task, secs, err = fut.result()
+        except Exception as exc:  # a worker that died: its task counts as an error
+            out["errors"].append("pool: " + error_text(exc, 294))
+            continue
+        out["done"] += 1
+        out["seconds"] += secs
+        if err:
+            out["errors"].append(f"{candidate_name(task[0], task[1])} {task[2]}: {err}")
     return out
 
 
@@ -162,6 +176,17 @@ def _add_warm(total: dict, part: dict) -> None:
     for k in ("tasks", "done", "seconds", "cancelled"):
         total[k] += part[k]
     total["errors"] += part["errors"]
+
+
+def _merge_warm(before: dict, after: dict) -> dict:
+    """One case's pool counts from its two passes (before the tune; after it, those of the
+    tasks the first pass cancelled that the exhaustive timing needs): a task submitted twice
+    counts once, cancelled or done as the second pass left it."""
+    out = dict(before, errors=before["errors"] + after["errors"], left=after.get("left", []))
+    out["done"] += after["done"]
+    out["seconds"] += after["seconds"]
+    out["cancelled"] += after["cancelled"] - after["tasks"]
+    return out
 
 
 # ---------------------------------------------------------------- one case -------------------
@@ -263,7 +288,12 @@ def shipped_choice(problem: ScanProblem):
     return e.strategy, dict(e.config or {}), e.source
 
 
-def run_case(problem, args, deadline, device, cases_left) -> dict:
+def run_case(problem, args, deadline, device, cases_left, pool=None, pending=()) -> dict:
+    """Tune ``problem``, time its exhaustive set, re-time the pick beside the exhaustive top
+    three and the shipped choice.  ``pending``: compile tasks of this case the pool has not run
+    (it compiled the tuner's first pass first): those of the exhaustive set run in ``pool``
+    after the tune, in parallel, instead of compiling one by one inside the exhaustive
+    timing."""
     case = {"key": problem.key(), "mode": problem.mode}
     left = deadline - time.monotonic()
     reserve = args.reserve_s                       # for (b) and (c) of this case
@@ -283,15 +313,22 @@ def run_case(problem, args, deadline, device, cases_left) -> dict:
     if args.max_exhaustive:
         cands = cands[:args.max_exhaustive]
     t0 = time.monotonic()
+    # the exhaustive timing needs about a tenth of a second a config once compiled
+    wanted = {json.dumps([n, c], sort_keys=True) for n, c in cands}
+    pending = [t for t in pending if json.dumps([t[0], t[1]], sort_keys=True) in wanted]
+    case["warm_after"] = (warm_in(pool, pending, deadline - 5.0 - 0.15 * len(cands))
+                          if pending else _warm_stats())
+    t1 = time.monotonic()
     rows = exhaustive_case(problem, cands, args, deadline - 5.0, device)
-    case["exhaustive"] = {"wall_s": time.monotonic() - t0, "rows": rows}
+    case["exhaustive"] = {"wall_s": time.monotonic() - t1, "compile_wall_s": t1 - t0,
+                          "rows": rows, "timed": sum("ms" in r for r in rows)}
     ok = sorted((r for r in rows if "ms" in r and r.get("verify", "ok") == "ok"),
                 key=lambda r: r["ms"])
     if ok:
         case["exhaustive"]["best"] = ok[0]["name"]
         case["exhaustive"]["best_ms"] = ok[0]["ms"]
-    print(f"[{problem.key()}] exhaustive {len(rows)} configs "
-          f"{case['exhaustive']['wall_s']:.1f}s: best {case['exhaustive'].get('best')} "
+    print(f"[{problem.key()}] exhaustive {case['exhaustive']['timed']}/{len(rows)} configs "
+          f"timed, {t1 - t0:.1f}s compiling, {case['exhaustive']['wall_s']:.1f}s: best {case['exhaustive'].get('best')} "
           f"{case['exhaustive'].get('best_ms')} ms", flush=True)
     entries = {f"exhaustive#{i + 1}": (r["strategy"], r["config"]) for i, r in enumerate(ok[:3])}
     if case["tune"].get("pick_strategy"):
@@ -325,12 +362,17 @@ def markdown(result: dict) -> str:
              "host = host time per call.  ratio = pick / best of the exhaustive set, both "
              "re-timed interleaved (target <= 1.03).", "",
              "| case | tune s (budget) | evaluated | cold | first calls s | verify s | pick | "
-             "pick ms | host ms | exhaustive best | best ms | ratio | shipped ratio |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "pick ms | host ms | exhaustive timed | exhaustive best | best ms | ratio | "
+             "shipped ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in result.get("cases", []):
         t, rt = c.get("tune", {}), c.get("retime", {})
         best = min((v for k, v in rt.items() if k.startswith("exhaustive") and "ms" in v),
                    key=lambda v: v["ms"], default={})
+        ex = c.get("exhaustive", {})
+        n_ex = len(ex.get("rows", []))
+        partial = ex.get("timed", n_ex) < n_ex
+        mark = " (partial)" if partial and c.get("ratio") is not None else ""
         lines.append(
             f"| {c['key']} | {_f(t.get('wall_s'), '.1f')} ({_f(t.get('budget_s'), '.0f')}"
             f"{', stopped' if t.get('stopped') else ''}) | "
@@ -338,9 +380,13 @@ def markdown(result: dict) -> str:
             f" {_f(t.get('verify_s'), '.1f')} | {t.get('pick', t.get('error', '-'))}"
             f"{' (' + t['pick_phase'] + ')' if t.get('pick_phase') else ''} | "
             f"{_f(rt.get('pick', {}).get('ms'))} | {_f(rt.get('pick', {}).get('host_ms'))} | "
-            f"{best.get('name', '-')} | {_f(best.get('ms'))} | {_f(c.get('ratio'))} | "
-            f"{_f(c.get('shipped_ratio'))} |")
+            f"{ex.get('timed', '-')}/{n_ex} | {best.get('name', '-')} | {_f(best.get('ms'))} | "
+            f"{_f(c.get('ratio'))}{mark} | {_f(c.get('shipped_ratio'))}{mark} |")
     w = result.get("warm", {})
+    if any(len(c.get("exhaustive", {}).get("rows", [])) > c.get("exhaustive", {}).get("timed", 0)
+           for c in result.get("cases", [])):
+        lines += ["", "(partial): --time-limit ended the exhaustive timing before every config "
+                  "was timed; the ratio is against the best of those timed (a lower bound)."]
     lines += ["", f"Compile pool: {w.get('done', 0)}/{w.get('tasks', 0)} tasks in "
               f"{_f(result.get('warm_wall_s'), '.0f')} s ({w.get('cancelled', 0)} cancelled, "
               f"{len(w.get('errors', []))} errors).  Sleep calibration: "
@@ -397,11 +443,12 @@ def main(argv=None):
         result["device"] = "cpu"
     save()
 
-    # 1. each case's compile tasks: its exhaustive set first (needed whole), then the tuner's
-    # first pass; compiled case by case (below), so a run cut short by --time-limit still
-    # measures its first cases on a warm cache
+    # 1. each case's compile tasks: the tuner's first pass first (what the tune reaches), then
+    # the exhaustive set; compiled case by case (below), so a run cut short by --time-limit
+    # still measures its first cases on a warm cache, and what the pool has not reached before
+    # the tune compiles in it after the tune, before the exhaustive timing
     per_case, seen = [], set()
-    groups = [exhaustive_set] + ([] if args.no_neighbours else [neighbour_set])
+    groups = ([] if args.no_neighbours else [neighbour_set]) + [exhaustive_set]
     for p in problems:
         tasks = []
         for group in groups:
@@ -441,11 +488,19 @@ def main(argv=None):
         print(f"[{p.key()}] compile pool: {warm['done']}/{warm['tasks']} in "
               f"{time.monotonic() - t0:.0f}s ({len(warm['errors'])} errors)", flush=True)
         try:
-            case = run_case(p, args, deadline, device, len(problems) - i)
+            case = run_case(p, args, deadline, device, len(problems) - i, pool, warm["left"])
         except Exception as exc:
             case = {"key": p.key(), "error": error_text(exc),
                     "trace": traceback.format_exc()[-1500:]}
-        case["warm"] = {k: v for k, v in warm.items() if k != "errors"}
+        after = case.pop("warm_after", None)
+        if after is not None:      # the second pass re-ran some of the first's cancelled
+            total = result["warm"]
+            total["done"] += after["done"]
+            total["seconds"] += after["seconds"]
+            total["errors"] += after["errors"]
+            total["cancelled"] += after["cancelled"] - after["tasks"]
+            warm = _merge_warm(warm, after)
+        case["warm"] = {k: v for k, v in warm.items() if k not in ("errors", "left")}
         result["cases"].append(case)
         save()
     if pool is not None:

@@ -7,6 +7,7 @@ latency); events take the GPU time at their place in the stream -- the one prope
 the old "flush, record, call, record" sample read the host's time.
 """
 import json
+import time
 
 import pytest
 import torch
@@ -204,3 +205,43 @@ def test_bench_tuner_sets():
         strat = registry.get(name)
         default = strat.default_config(problem).model_dump()
         assert sum(cfg[k] != default[k] for k in cfg) <= 1
+
+
+def test_bench_tuner_pool_passes_and_partial_mark(monkeypatch):
+    """The compile pool's first pass leaves what it did not reach (in order) for a second
+    pass; counts add up across the passes; a ratio against a partly timed exhaustive set is
+    marked partial in the table."""
+    import concurrent.futures as cf
+    import threading
+    from benchmarks import bench_tuner
+    gate = threading.Event()
+
+    def fake_warm(task):
+        if task[0] == "slow":
+            gate.wait(5)
+        return task, 0.5, "boom" if task[0] == "bad" else None
+
+    monkeypatch.setattr(bench_tuner, "_warm", fake_warm)
+    tasks = [("slow", {}, "k", "cpu"), ("bad", {}, "k", "cpu")] + [
+        ("t%d" % i, {}, "k", "cpu") for i in range(6)]
+    with cf.ThreadPoolExecutor(1) as pool:
+        timer = threading.Timer(1.5, gate.set)
+        timer.start()
+        first = bench_tuner.warm_in(pool, tasks, time.monotonic() + 0.2)
+        timer.join()
+        assert first["done"] == 1 and first["cancelled"] == 7 and first["left"] == tasks[1:]
+        second = bench_tuner.warm_in(pool, first["left"][:3], time.monotonic() + 30)
+    assert second["done"] == 3 and second["cancelled"] == 0 and second["left"] == []
+    assert len(second["errors"]) == 1 and "boom" in second["errors"][0]
+    merged = bench_tuner._merge_warm(first, second)
+    assert (merged["tasks"], merged["done"], merged["cancelled"]) == (8, 4, 4)
+    assert bench_tuner.warm_in(None, tasks, 0.0)["left"] == tasks
+
+    rows = [{"name": "a", "ms": 1.0}, {"name": "b", "error": "not timed: --time-limit"}]
+    case = {"key": "B1-L8-M8-f32-forward", "tune": {}, "ratio": 1.0,
+            "retime": {"exhaustive#1": {"name": "a", "ms": 1.0}},
+            "exhaustive": {"rows": rows, "timed": 1}}
+    table = bench_tuner.markdown({"cases": [case], "warm": {}})
+    assert "| 1/2 |" in table and "1.000 (partial)" in table
+    case["exhaustive"] = {"rows": rows[:1], "timed": 1}
+    assert "(partial)" not in bench_tuner.markdown({"cases": [case], "warm": {}})
