@@ -426,30 +426,33 @@ def test_wide_look_back(plan):
 
 
 @triton.jit
-def _look_back_probe(sync_ptr, carry_ptr, io_ptr, slot, c, BLOCK_M: tl.constexpr,
+def _look_back_probe(sync_ptr, carry_ptr, io_ptr, slot, c, status0, BLOCK_M: tl.constexpr,
                      WIDTH: tl.constexpr):
     """io [4, BLOCK_M]: init (r, i) in, the state entering chunk ``c`` (r, i) out."""
     lane = tl.arange(0, BLOCK_M)
     carry_r, carry_i = lookback_kernels._look_back(
         sync_ptr, carry_ptr, slot, c, lane, tl.load(io_ptr + lane),
-        tl.load(io_ptr + BLOCK_M + lane), BLOCK_M, WIDTH)
+        tl.load(io_ptr + BLOCK_M + lane), status0, BLOCK_M, WIDTH)
     tl.store(io_ptr + 2 * BLOCK_M + lane, carry_r)
     tl.store(io_ptr + 3 * BLOCK_M + lane, carry_i)
 
 
-def _probe_walk(statuses, c, width, seed=0):
+def _probe_walk(statuses, c, width, seed=0, status0=0):
     """Run ``_look_back`` for chunk c of the second of two (row, mode tile) groups whose
-    chunks have ``statuses``; returns (got, want) complex [BLOCK_M] (want: float64 walk)."""
+    chunks have ``statuses``; returns (got, want) complex [BLOCK_M] (want: float64 walk).
+    ``status0`` > 0: the head as a reused one holds it, each status word ``status0`` + the
+    status, an unpublished one what earlier launches left (``status0`` - 1 or - 2, or 0)."""
     n, block_m = len(statuses), 4
     device = "cuda" if torch.cuda.is_available() else "cpu"
     g = torch.Generator().manual_seed(seed)
     nan = float("nan")
     carry = torch.randn(2 * n, 6, block_m, generator=g, dtype=torch.float64)
     sync = torch.zeros(1 + 2 * n, dtype=torch.int32)
-    sync[1:1 + n] = 2                    # the first group: never read (NaN payloads)
+    sync[1:1 + n] = status0 + 2          # the first group: never read (NaN payloads)
     carry[:n] = nan
     for k, s in enumerate(statuses):
-        sync[1 + n + k] = s
+        stale = (status0 - 1, status0 - 2, 0)[k % 3]    # what earlier launches left
+        sync[1 + n + k] = status0 + s if s or not status0 else stale
         if s != 1:
             carry[n + k, :4] = nan       # an aggregate the walk must not compose
         if s != 2:
@@ -457,7 +460,8 @@ def _probe_walk(statuses, c, width, seed=0):
     init = torch.randn(2, block_m, generator=g, dtype=torch.float64)
     io = torch.cat([init, torch.zeros(2, block_m, dtype=torch.float64)]).float()
     sync_d, carry_d, io_d = sync.to(device), carry.float().to(device), io.to(device)
-    _look_back_probe[(1,)](sync_d, carry_d, io_d, n + c, c, BLOCK_M=block_m, WIDTH=width)
+    _look_back_probe[(1,)](sync_d, carry_d, io_d, n + c, c, status0, BLOCK_M=block_m,
+                           WIDTH=width)
     got = torch.complex(io_d[2].double().cpu(), io_d[3].double().cpu())
     # the walk one predecessor at a time, in float64
     pq = carry[n:].float().double()
@@ -473,8 +477,9 @@ def _probe_walk(statuses, c, width, seed=0):
     return got, state
 
 
+@pytest.mark.parametrize("status0", [0, 3 * 77])
 @pytest.mark.parametrize("width", [1, 8, 16])
-def test_look_back_window_on_set_statuses(width):
+def test_look_back_window_on_set_statuses(width, status0):
     n = 30
     cases = [
         ([2] + [1] * (n - 1), 29),                     # aggregates back to chunk 0
@@ -488,7 +493,7 @@ def test_look_back_window_on_set_statuses(width):
         ([2] * n, 0),                                  # chunk 0: init, no walk
     ]
     for k, (statuses, c) in enumerate(cases):
-        got, want = _probe_walk(statuses, c, width, seed=k)
+        got, want = _probe_walk(statuses, c, width, seed=k, status0=status0)
         assert torch.isfinite(got).all(), (k, got)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=f"case {k}")
 

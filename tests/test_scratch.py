@@ -6,6 +6,7 @@ import torch
 
 import samu_tune
 from samu_tune import scratch, settings
+from samu_tune.autograd import OpContext
 from samu_tune.ops.scan.reference import scan_reference
 from samu_tune.ops.scan.verify import random_inputs
 
@@ -132,9 +133,12 @@ def test_cuda_kept_buffers_per_stream_and_fresh_under_capture(unpoisoned):
         _run(inputs, final=False)
         stream.synchronize()
         kept_before = dict(scratch._KEPT)
+        heads_before = {k: (h.tickets, h.launches) for k, h in scratch._HEADS.items()}
         with torch.cuda.graph(graph, stream=stream):
             captured = _run(inputs, final=False)
         assert scratch._KEPT == kept_before      # nothing kept from inside the capture
+        # the captured launch zeroes its own head: a replay never meets a kept head's counts
+        assert {k: (h.tickets, h.launches) for k, h in scratch._HEADS.items()} == heads_before
     torch.cuda.current_stream().wait_stream(stream)
     for B, L, M in ((4, 700, 256), (1, 64, 96)):  # eager calls through the kept buffers
         other = random_inputs(cpu_problem(B, L, M, dtype="bfloat16", device="cuda"), seed=B)
@@ -169,3 +173,160 @@ def test_reduce_overhead_compiled_scan_beside_eager_kept_buffers(unpoisoned):
         for g, w in zip(grads, want_grads):
             torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2)
     assert {role for role, *_ in scratch._KEPT} >= {"carry", "last_r", "last_i"}
+
+
+# ---- the look-back head kept without a zero fill --------------------------------------------
+
+def _plan(**update):
+    from samu_tune.ops.scan.strategies.lookback import LookbackConfig, LookbackPlan
+    base = LookbackConfig(chunk=16, block_m=16, num_warps=2, lookback="decoupled")
+    return LookbackPlan.of(base.model_copy(update=update))
+
+
+def _no_grad_scan(plan, inputs):
+    from samu_tune.ops.scan.strategies import lookback as lb
+    with torch.no_grad():
+        return lb.lookback_scan(inputs, plan)
+
+
+def _int32_fills(monkeypatch):
+    """Counts the int32 zero fills (``torch.zeros``) made while the test runs."""
+    fills = []
+    zeros = torch.zeros
+
+    def counting(*args, **kwargs):
+        if kwargs.get("dtype") is torch.int32:
+            fills.append(args)
+        return zeros(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "zeros", counting)
+    return fills
+
+
+# (B, L, M, resets, initial state): 9, 3 and 1 chunks of 16, ragged L and M, 1-3 mode tiles
+HEAD_SHAPES = [(2, 130, 37, True, True), (1, 40, 16, False, False), (3, 16, 20, True, False),
+               (2, 130, 37, False, True), (1, 97, 8, True, True)]
+
+
+@pytest.mark.parametrize("limit", [None, 60], ids=["kept", "re-zeroed-at-the-limit"])
+@pytest.mark.parametrize("update", [{}, {"inner": "loop"}, {"lookback_width": 8}],
+                         ids=["tile", "loop", "width8"])
+def test_no_grad_scans_reuse_the_head_without_a_fill(unpoisoned, monkeypatch, limit, update):
+    """No-grad eager look-back scans take the head kept for the stream: a zero fill when it is
+    made or grown and (a small limit) before a counter would pass the limit, none per call;
+    each launch starts where the tickets of the ones before it end and raises the status
+    base by 3.  Every result matches the float64 reference: a status an earlier launch left
+    read as published would compose that launch's summaries (or stall)."""
+    if limit:
+        monkeypatch.setattr(scratch, "HEAD_LIMIT", limit)
+    plan = _plan(**update)
+    fills = _int32_fills(monkeypatch)
+    tickets = launches = 0
+    for i, (B, L, M, resets, h0) in enumerate(HEAD_SHAPES * 2):
+        problem = cpu_problem(B, L, M, dtype="float32", resets=resets, initial_state=h0,
+                              final_state=True)
+        inputs = random_inputs(problem, seed=i)
+        out = _no_grad_scan(plan, inputs)
+        want = scan_reference(*[t.double() for t in (inputs.eta, inputs.delta, inputs.nu_log,
+                                                     inputs.theta_log, inputs.br, inputs.bi)],
+                              initial_state=None if not h0 else tuple(
+                                  t.double() for t in inputs.initial_state),
+                              segment_pos=inputs.segment_pos, output_final_state=True)
+        for got, exp in ((out.real, want.real), (out.imag, want.imag),
+                         (out.final_state[0], want.final_state[0]),
+                         (out.final_state[1], want.final_state[1])):
+            torch.testing.assert_close(got.double(), exp, atol=1e-4, rtol=1e-4,
+                                       msg=f"call {i} {(B, L, M)}")
+        slots = B * -(-M // 16) * -(-L // 16)
+        (head,) = scratch._HEADS.values()
+        if limit and (tickets + slots > limit or 3 * launches + 2 > limit):
+            tickets = launches = 0
+        tickets, launches = tickets + slots, launches + 1
+        assert (head.tickets, head.launches) == (tickets, launches)
+        assert int(head.buf[0]) == tickets             # every program took one ticket
+    assert len(fills) == 1                             # made once (64 words: every shape's)
+    if limit:
+        assert launches < 2 * len(HEAD_SHAPES)         # the limit re-zeroed the head
+        return
+    # a launch of more programs than the head holds grows it: zeroed once more
+    inputs = random_inputs(cpu_problem(4, 200, 20, dtype="float32", final_state=True), seed=9)
+    out = _no_grad_scan(plan, inputs)
+    want = scan_reference(*[t.double() for t in (inputs.eta, inputs.delta, inputs.nu_log,
+                                                 inputs.theta_log, inputs.br, inputs.bi)])
+    torch.testing.assert_close(out.real.double(), want.real, atol=1e-4, rtol=1e-4)
+    (grown,) = scratch._HEADS.values()
+    assert grown is not head and grown.buf.numel() == 128 and len(fills) == 2
+    assert (grown.tickets, grown.launches) == (4 * 2 * 13, 1)
+
+
+def test_the_head_is_fresh_when_training_poisoned_or_in_an_operator(unpoisoned, monkeypatch):
+    """A training forward zeroes its own head (its backward's rides on it), an operator's
+    call too (a CUDA-graph tree's warm-up must not keep buffers), and so does every call
+    while buffers are poisoned."""
+    problem = cpu_problem(2, 40, 16, dtype="float32", backward=True)
+    inputs = random_inputs(problem, seed=1)
+    leaves = [t.clone().requires_grad_(True) for t in (inputs.eta, inputs.delta,
+                                                         inputs.nu_log, inputs.theta_log,
+                                                         inputs.br, inputs.bi)]
+    out = samu_tune.scan(*leaves, strategy="lookback")
+    (out.real.sum() + out.imag.sum()).backward()
+    torch.ops.samu_tune.scan_fwd(*[t.detach() for t in leaves], None, None, None, True, True,
+                                 "lookback")
+    assert not scratch._HEADS
+    with torch.no_grad():
+        samu_tune.scan(*leaves, strategy="lookback")
+    assert len(scratch._HEADS) == 1
+    monkeypatch.setenv("SAMU_TUNE_POISON", "1")
+    settings.reload_settings()
+    assert scratch.sync_head(8, 2, torch.device("cpu")) is None
+
+
+def test_a_no_grad_fused_layer_reuses_the_head(unpoisoned):
+    """The fused SAMU layer's no-grad forward launches on the kept head too, and stays equal
+    to its training forward (zeroed heads)."""
+    torch.manual_seed(0)
+    layer = samu_tune.SAMU(modes=16, strategy="fused")
+    x = torch.randn(2, 70, 32)
+    with torch.no_grad():
+        first, _ = layer(x)
+        again, _ = layer(x)
+    (head,) = scratch._HEADS.values()
+    assert head.launches == 2
+    trained, _ = layer(x.clone().requires_grad_(True))
+    torch.testing.assert_close(first, trained.detach())
+    torch.testing.assert_close(again, first)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("update", [{}, {"inner": "loop", "lookback_width": 8},
+                                    {"inner": "loop", "rows": 2, "stages": 4}],
+                         ids=["tile", "loop-width8", "loop-rows2-staged"])
+def test_cuda_no_grad_scans_on_the_kept_head_under_load(unpoisoned, update):
+    """Many chunks in flight on the kept head, launch after launch without a host sync:
+    shapes alternate (the head grows once, then counts on), and every launch matches the
+    same plan on a fresh zeroed head (decoupled look-back composes in varying order: a
+    tolerance, not bits)."""
+    from samu_tune.ops.scan.strategies import lookback as lb
+    plan = _plan(**{"chunk": 64, "block_m": 128, **update})
+    shapes = [(2, 16384, 128), (4, 3000, 300), (1, 65536, 256)]
+    inputs = [random_inputs(cpu_problem(B, L, M, dtype="bfloat16", device="cuda",
+                                        final_state=True), seed=i)
+              for i, (B, L, M) in enumerate(shapes)]
+    want = []
+    for inp in inputs:                     # an operator's forward: a fresh zeroed head
+        with torch.no_grad():
+            want.append(lb._LookbackScan.forward(OpContext(), plan, None, inp.eta, inp.delta,
+                                                 inp.nu_log, inp.theta_log, inp.br, inp.bi,
+                                                 None, None))
+    assert not scratch._HEADS
+    got = []
+    for rep in range(12):
+        k = rep % len(shapes)
+        out = _no_grad_scan(plan, inputs[k])
+        got.append((k, out.real.clone(), out.final_state[0].clone()))
+    torch.cuda.synchronize()
+    (head,) = scratch._HEADS.values()
+    assert head.launches == 12
+    for k, real, last in got:
+        torch.testing.assert_close(real.float(), want[k][0].float(), atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(last, want[k][2], atol=1e-3, rtol=1e-3)

@@ -35,7 +35,7 @@ from samu_tune.ops.scan.strategies.lookback import LookbackPlan  # noqa: E402
 
 from tools.compile_check import nvidia_bin, ptx_of, ptxas  # noqa: E402
 
-INTS = ("B", "L", "M", "n_mtiles", "n_chunks", "window")
+INTS = ("B", "L", "M", "n_mtiles", "n_chunks", "window", "ticket0", "status0")
 
 
 def ptx(reverse: bool, plan: LookbackPlan, dt: str = "bf16") -> str:

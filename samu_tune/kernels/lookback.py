@@ -112,10 +112,11 @@ def _window_stop(status, WIDTH: tl.constexpr):
 
 
 @triton.jit
-def _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, BLOCK_M: tl.constexpr,
-               WIDTH: tl.constexpr):
+def _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, status0,
+               BLOCK_M: tl.constexpr, WIDTH: tl.constexpr):
     """The state entering chunk ``c`` ([BLOCK_M] pair): walk predecessors c-1, c-2, ... in
-    windows of WIDTH chunks.
+    windows of WIDTH chunks.  A status word holds ``status0`` + the status this launch
+    published; a smaller value is an earlier launch's and reads as 0 (not yet published).
 
     A window is predecessors j - WIDTH + 1 .. j (j: the newest not yet composed); row r of
     its statuses [WIDTH] is chunk j - WIDTH + 1 + r (oldest first).  Chunk 0 always publishes
@@ -148,6 +149,7 @@ def _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, BLOCK_M: tl
         exists = chunk >= 0
         status = tl.atomic_add(sync_ptr + 1 + (slot - c + chunk), tl.zeros_like(chunk),
                                mask=exists, sem="acquire")
+        status = tl.maximum(status - status0, 0)  # an earlier launch's status: not yet
         status = tl.where(exists, status, 2)     # before chunk 0: a stop, never reached
         stop, stop_status = _window_stop(status, WIDTH)
         # per-lane masks from tensors (the interpreter rejects a tensor & scalar-bool mask)
@@ -266,9 +268,10 @@ def _replay(pr, pi, qr, qi, carry_r, carry_i, t, valid, tok, off, mask, eta_ptr,
         return out_r, out_i, zero, zero
 
 
-@triton.jit(do_not_specialize=["B", "L", "M", "n_mtiles", "n_chunks", "window"])
+@triton.jit(do_not_specialize=["B", "L", "M", "n_mtiles", "n_chunks", "window", "ticket0",
+                               "status0"])
 def lookback_scan(
-    sync_ptr,                    # [1 + n_slots] int32, zeroed: ticket counter, then statuses
+    sync_ptr,                    # [1 + n_slots] int32: ticket counter, then statuses (below)
     carry_ptr,                   # [n_slots, SLOT_ROWS, BLOCK_M] f32 published summaries
     eta_ptr, delta_ptr,          # [B, L] controls (f32 / bf16)
     nu_log_ptr, theta_log_ptr,   # [M] spectrum (f32)
@@ -290,6 +293,7 @@ def lookback_scan(
     p_nu_ptr, p_theta_ptr,       # rev: grad nu_log, theta_log partials [B, n_chunks, M] f32
                                  #   (ATOMIC: sums [M], zeroed)
     B, L, M, n_mtiles, n_chunks, window,
+    ticket0, status0,            # the head's values before this launch (below)
     HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, REVERSE: tl.constexpr,
     DECOUPLED: tl.constexpr, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, SUB: tl.constexpr,
     LOOP: tl.constexpr, M_ALIGN: tl.constexpr = 1, FUSED: tl.constexpr = False,
@@ -336,11 +340,17 @@ def lookback_scan(
     MAKE_TABLE (LOOP forward): the program first writes its chunk's rows of the control table
     from eta, delta (every mode tile of the chunk writes the same values), then a CTA barrier
     makes them visible to its walk: no control-table launch before the scan.
+
+    The head ``sync_ptr`` needs no zero fill between launches: the ticket counter holds
+    ``ticket0`` when the launch starts (the tickets the launches before it took), and every
+    status word holds at most ``status0`` (a launch publishes ``status0`` + 1 or + 2, and the
+    host raises ``status0`` by 3 a launch): a word below this launch's ``status0`` + 1 reads
+    as not yet published.  A zeroed head takes 0 and 0.
     """
     if M_ALIGN > 1:
         M = M // M_ALIGN * M_ALIGN
     # relaxed: the ticket only orders work; payloads are ordered by the status atomics
-    ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
+    ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed") - ticket0
     per_chunk = B * n_mtiles
     c = ticket // per_chunk                  # chunk, in scan order (reversed time if REVERSE)
     rest = ticket % per_chunk
@@ -424,7 +434,7 @@ def lookback_scan(
         tl.store(base + BLOCK_M, agg_pi)
         tl.store(base + 2 * BLOCK_M, agg_qr)
         tl.store(base + 3 * BLOCK_M, agg_qi)
-        _publish(flag_ptr, 1)
+        _publish(flag_ptr, status0 + 1)
 
     # 2. the state entering the chunk: init for chunk 0, else looked back
     # per-lane masks from tensors (the interpreter rejects a tensor & scalar-bool mask)
@@ -445,7 +455,7 @@ def lookback_scan(
             init_r = tl.zeros((BLOCK_M,), tl.float32)
             init_i = tl.zeros((BLOCK_M,), tl.float32)
     carry_r, carry_i = _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i,
-                                  BLOCK_M, WIDTH)
+                                  status0, BLOCK_M, WIDTH)
 
     # 3. the inclusive prefix: the state after the chunk
     end_r, end_i = cmul(agg_pr, agg_pi, carry_r, carry_i)
@@ -454,7 +464,7 @@ def lookback_scan(
     if c % window == 0:                       # chunk 0 among them
         tl.store(base + 4 * BLOCK_M, end_r)
         tl.store(base + 5 * BLOCK_M, end_i)
-        _publish(flag_ptr, 2)
+        _publish(flag_ptr, status0 + 2)
 
     # 4. replay: the state after every row (reverse: the gradients)
     last_chunk = c_lanes == n_chunks - 1                                         # [BLOCK_M]

@@ -97,13 +97,15 @@ def _forward(ctx, plan: lb.LookbackPlan, seg, dirs, scales, nu_log, theta_log, x
     save = _grads.training(ctx)
     h_r, h_i = (_grads.pair(B, L, M, dtype=x.dtype, device=x.device) if save
                 else (None, None))
-    # an operator's backward zeroes its own buffers (ctx.in_operator)
-    work = lb._Zeroed.of(plan, B, L, M, x.device, save and not _grads.in_operator(ctx),
-                         fused=True)
+    eager = not _grads.in_operator(ctx)
+    # an operator's backward zeroes its own buffers (ctx.in_operator); an eager forward with
+    # no backward to come takes the head kept for the stream (no zero fill)
+    work = (None if not save and eager
+            else lb._Zeroed.of(plan, B, L, M, x.device, save and eager, fused=True))
     lb._launch(plan, False, B, L, M, eta=c.eta, delta=c.delta, nu_log=nu_log,
                theta_log=theta_log, seg=seg, x=(x, None), h0=(h0_r, h0_i), y=(h_r, h_i),
                end=(last_r, last_i), ctl=c.table, gamma=gamma, o=y, save_h=save,
-               sync=work.fwd_sync, kept=not _grads.in_operator(ctx))
+               sync=None if work is None else work.fwd_sync, kept=eager)
     ctx.plan = plan
     ctx.dtypes = _grads.dtypes(h0_r, h0_i)
     ctx.work = work

@@ -149,9 +149,9 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
             p_ctl=(None, None), p_spec=(None, None), ctl=None, gamma=None, o=None, xw=None,
             p_gamma=None, save_h=False, sync=None, make_table=False, kept=False) -> None:
     """One look-back launch.  ``ctl``: the loop-inner walk's control table [B L, 4] fp32,
-    written by the kernel itself when ``make_table`` (forward).  ``sync``: the launch's zeroed
-    int32 head (:func:`_head_words`; zeroed here when None).  ``end`` (reverse): the
-    final-state gradient pair, or (None, None) for a zero one.  ``p_ctl``, ``p_spec`` (and
+    written by the kernel itself when ``make_table`` (forward).  ``sync``: a zeroed int32 head
+    (:func:`_head_words`); None: the stream's kept head if ``kept`` (no fill), else a zeroed
+    one.  ``end`` (reverse): the final-state gradient pair, or (None, None) for a zero one.  ``p_ctl``, ``p_spec`` (and
     ``p_gamma``): per-program partials, or zeroed atomic accumulators when ``plan.atomic``.
     ``gamma`` given: the SAMU layer fused (see :class:`samu_tune.ops.layer.fused_autograd.FusedLayer`): x = (x or d y
     [B, L, 2M], None), o the layer output or grad x [B, L, 2M], y the states (written when
@@ -169,14 +169,15 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
     # launch
     carry = (_scratch.fp32("carry", carry_words, dev) if kept
              else torch.empty(carry_words, dtype=torch.float32, device=dev))
+    ticket0 = status0 = 0
     if sync is None:
-        sync = torch.zeros(_head_words(B, L, M, plan), dtype=torch.int32, device=dev)
+        sync, ticket0, status0 = _scratch.head(_head_words(B, L, M, plan), slots, dev, kept)
     # kwargs: the memoized dict of _launch_spec, never changed
     _scan_kernel.launch((slots,), (
         sync, carry, eta, delta, nu_log, theta_log, seg, ctl, gamma, o, xw, p_gamma, x[0], x[1],
         h0[0], h0[1], y[0], y[1], end[0], end[1], gx[0], gx[1], gh0[0], gh0[1], p_ctl[0],
         p_ctl[1], p_spec[0], p_spec[1],
-        B, L, M, nmt, nch, plan.window), kwargs)
+        B, L, M, nmt, nch, plan.window, ticket0, status0), kwargs)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -353,12 +354,13 @@ class _LookbackScan(torch.autograd.Function):
             last_r, last_i = _grads.pair(B, M, dtype=torch.float32, device=br.device)
             # the loop walk's control table, written by the forward kernel, reused by backward
             ctl = _table(plan, B, L, br.device)
-        work = _Zeroed.of(plan, B, L, M, br.device, training)
         eager = not _grads.in_operator(ctx)
+        # no backward to come where eager: the head kept for the stream (no zero fill)
+        work = None if eager and not training else _Zeroed.of(plan, B, L, M, br.device, training)
         _launch(plan, False, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
                 seg=seg, x=(br, bi), h0=(h0_r, h0_i), y=(out_r, out_i), end=(last_r, last_i),
-                ctl=ctl, sync=work.fwd_sync, make_table=plan.loop, kept=eager)
-        if not training and eager:
+                ctl=ctl, sync=work and work.fwd_sync, make_table=plan.loop, kept=eager)
+        if work is None:
             return out_r, out_i, last_r, last_i      # no backward: nothing to keep
         ctx.plan = plan
         ctx.shape = (B, L, M)
