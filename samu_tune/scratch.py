@@ -117,6 +117,16 @@ def sync_head(words: int, slots: int, device: torch.device
         return head.buf, ticket0, status0
 
 
+def drop_head(device: torch.device) -> None:
+    """Forget the head kept on ``device``'s current stream (the next launch gets a fresh
+    zeroed one): a launch that took its counts from :func:`sync_head` failed to start, so the
+    counts no longer match the words."""
+    where = _stream_key(device)
+    if where is not None:
+        with _HEAD_LOCK:
+            _HEADS.pop(where, None)
+
+
 def head(words: int, slots: int, device: torch.device, kept: bool
          ) -> tuple[torch.Tensor, int, int]:
     """:func:`sync_head` where ``kept`` and one is kept, else a fresh zeroed head of ``words``

@@ -259,6 +259,33 @@ def test_no_grad_scans_reuse_the_head_without_a_fill(unpoisoned, monkeypatch, li
     assert (grown.tickets, grown.launches) == (4 * 2 * 13, 1)
 
 
+def test_a_launch_that_fails_to_start_drops_the_kept_head(unpoisoned, monkeypatch):
+    """A launch that raises before it runs takes no tickets: the head whose counts it
+    advanced is dropped, and the next no-grad scan (a fresh zeroed head) is right."""
+    from samu_tune.ops.scan.strategies import lookback as lb
+    plan = _plan()
+    inputs = random_inputs(cpu_problem(2, 100, 20, dtype="float32", final_state=True), seed=3)
+    want = _no_grad_scan(plan, inputs)
+    assert len(scratch._HEADS) == 1
+    fast = type(lb._scan_kernel)
+    real_launch = fast.launch
+
+    def failing(self, grid, args, kwargs):
+        if self is lb._scan_kernel:
+            raise RuntimeError("out of resources")
+        return real_launch(self, grid, args, kwargs)
+
+    monkeypatch.setattr(fast, "launch", failing)
+    with pytest.raises(RuntimeError, match="out of resources"):
+        _no_grad_scan(plan, inputs)
+    assert not scratch._HEADS
+    monkeypatch.setattr(fast, "launch", real_launch)
+    for _ in range(2):
+        got = _no_grad_scan(plan, inputs)
+        torch.testing.assert_close(got.real, want.real)
+        torch.testing.assert_close(got.final_state[1], want.final_state[1])
+
+
 def test_the_head_is_fresh_when_training_poisoned_or_in_an_operator(unpoisoned, monkeypatch):
     """A training forward zeroes its own head (its backward's rides on it), an operator's
     call too (a CUDA-graph tree's warm-up must not keep buffers), and so does every call
