@@ -38,7 +38,7 @@ def launches_stubbed():
     """Every Triton launch a no-op inside the block: samu_tune's direct launches and
     ``kernel[grid](...)``."""
     from triton.runtime.jit import JITFunction
-    from samu_tune import launcher
+    from samu_tune import launcher, scratch
 
     def noop(*args, **kwargs):
         return None
@@ -52,11 +52,15 @@ def launches_stubbed():
         if hasattr(fast, "launch"):
             saved.append((fast, "launch", fast.launch))
             fast.launch = lambda self, grid, args, kwargs: None
+    # a stubbed look-back launch advances a kept head's counts without taking tickets: the
+    # heads kept before and during the block are dropped
+    scratch.clear()
     try:
         yield
     finally:
         for owner, name, value in saved:
             setattr(owner, name, value)
+        scratch.clear()
 
 
 def floor_calls(device: torch.device, shape=PROBE_SHAPE) -> dict[str, Callable]:

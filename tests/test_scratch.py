@@ -3,10 +3,13 @@ small, never while poisoned; a no-grad scan that drops its final state writes it
 the results stay right across calls of different shapes."""
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import samu_tune
 from samu_tune import scratch, settings
 from samu_tune.autograd import OpContext
+from samu_tune.kernels import lookback as lookback_kernels
 from samu_tune.ops.scan.reference import scan_reference
 from samu_tune.ops.scan.verify import random_inputs
 
@@ -245,6 +248,7 @@ def test_no_grad_scans_reuse_the_head_without_a_fill(unpoisoned, monkeypatch, li
         assert (head.tickets, head.launches) == (tickets, launches)
         assert int(head.buf[0]) == tickets             # every program took one ticket
     assert len(fills) == 1                             # made once (64 words: every shape's)
+    buf = head.buf
     if limit:
         assert launches < 2 * len(HEAD_SHAPES)         # the limit re-zeroed the head
         return
@@ -255,18 +259,20 @@ def test_no_grad_scans_reuse_the_head_without_a_fill(unpoisoned, monkeypatch, li
                                                  inputs.theta_log, inputs.br, inputs.bi)])
     torch.testing.assert_close(out.real.double(), want.real, atol=1e-4, rtol=1e-4)
     (grown,) = scratch._HEADS.values()
-    assert grown is not head and grown.buf.numel() == 128 and len(fills) == 2
+    assert grown.buf is not buf and grown.buf.numel() == 128 and len(fills) == 2
     assert (grown.tickets, grown.launches) == (4 * 2 * 13, 1)
 
 
-def test_a_launch_that_fails_to_start_drops_the_kept_head(unpoisoned, monkeypatch):
-    """A launch that raises before it runs takes no tickets: the head whose counts it
-    advanced is dropped, and the next no-grad scan (a fresh zeroed head) is right."""
+def test_a_launch_that_raises_leaves_the_head_counts(unpoisoned, monkeypatch):
+    """A launch that raises before it runs takes no tickets: the head's counts stay where
+    they were (they advance when a launch returns), its lock is released, and the next
+    no-grad scans on it are right."""
     from samu_tune.ops.scan.strategies import lookback as lb
     plan = _plan()
     inputs = random_inputs(cpu_problem(2, 100, 20, dtype="float32", final_state=True), seed=3)
     want = _no_grad_scan(plan, inputs)
-    assert len(scratch._HEADS) == 1
+    (head,) = scratch._HEADS.values()
+    counts = (head.tickets, head.launches)
     fast = type(lb._scan_kernel)
     real_launch = fast.launch
 
@@ -278,12 +284,53 @@ def test_a_launch_that_fails_to_start_drops_the_kept_head(unpoisoned, monkeypatc
     monkeypatch.setattr(fast, "launch", failing)
     with pytest.raises(RuntimeError, match="out of resources"):
         _no_grad_scan(plan, inputs)
-    assert not scratch._HEADS
+    assert (head.tickets, head.launches) == counts and not head.lock.locked()
     monkeypatch.setattr(fast, "launch", real_launch)
     for _ in range(2):
         got = _no_grad_scan(plan, inputs)
         torch.testing.assert_close(got.real, want.real)
         torch.testing.assert_close(got.final_state[1], want.final_state[1])
+    assert scratch._HEADS[next(iter(scratch._HEADS))] is head and head.launches == 3
+
+
+def test_a_held_head_sends_other_launches_to_fresh_heads(unpoisoned):
+    """While one launch holds the stream's head (from taking its counts until its kernel is
+    enqueued), another launch on that stream -- another thread's -- gets a fresh zeroed
+    head: launches on one head are enqueued in the order of their counts.  The counts
+    advance once per launch that returned."""
+    cpu = torch.device("cpu")
+    with scratch.Head(None, 8, 5, cpu, True) as (kept, t0, s0):
+        assert (t0, s0) == (0, 0)
+        with scratch.Head(None, 8, 3, cpu, True) as (other, t1, s1):
+            assert other is not kept and (t1, s1) == (0, 0) and not other.any()
+        with scratch.Head(None, 8, 3, cpu, False) as (unkept, _, _):
+            assert unkept is not kept
+    with scratch.Head(None, 8, 4, cpu, True) as (again, t2, s2):
+        assert again is kept and (t2, s2) == (5, 3)
+    given = torch.zeros(8, dtype=torch.int32)
+    with scratch.Head(given, 0, 4, cpu, True) as (buf, t3, s3):
+        assert buf is given and (t3, s3) == (0, 0)
+    (head,) = scratch._HEADS.values()
+    assert (head.tickets, head.launches) == (9, 2) and not head.lock.locked()
+
+
+@triton.jit
+def _status_probe(w_ptr, out_ptr, status0, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(out_ptr + i, lookback_kernels._status(tl.load(w_ptr + i), status0))
+
+
+def test_a_head_word_of_an_earlier_launch_reads_unpublished():
+    """The kernel's status of a head word: the word less status0, an earlier launch's word
+    (below status0 + 1) 0."""
+    probe = _status_probe
+    s0 = 3 * 41
+    words = torch.tensor([0, 1, 2, s0 - 2, s0 - 1, s0, s0 + 1, s0 + 2], dtype=torch.int32)
+    out = torch.empty_like(words)
+    probe[(1,)](words, out, s0, N=8)
+    assert out.tolist() == [0, 0, 0, 0, 0, 0, 1, 2]
+    probe[(1,)](words[:3].repeat(3)[:8].contiguous(), out, 0, N=8)
+    assert out.tolist() == [0, 1, 2, 0, 1, 2, 0, 1]
 
 
 def test_the_head_is_fresh_when_training_poisoned_or_in_an_operator(unpoisoned, monkeypatch):
@@ -305,7 +352,7 @@ def test_the_head_is_fresh_when_training_poisoned_or_in_an_operator(unpoisoned, 
     assert len(scratch._HEADS) == 1
     monkeypatch.setenv("SAMU_TUNE_POISON", "1")
     settings.reload_settings()
-    assert scratch.sync_head(8, 2, torch.device("cpu")) is None
+    assert scratch._take_head(8, 2, torch.device("cpu")) is None
 
 
 def test_a_no_grad_fused_layer_reuses_the_head(unpoisoned):

@@ -99,6 +99,13 @@ def _publish(flag_ptr, status):
 
 
 @triton.jit
+def _status(word, status0):
+    """The status a word of the head holds for a launch with ``status0``: the word less
+    ``status0``, and 0 (not yet published) for a word an earlier launch left (below)."""
+    return tl.maximum(word - status0, 0)
+
+
+@triton.jit
 def _window_stop(status, WIDTH: tl.constexpr):
     """Where a look-back window ends: statuses [WIDTH] of a window's predecessors, oldest
     first (row r: chunk j - WIDTH + 1 + r).  Returns (stop, stop_status): the newest row whose
@@ -149,7 +156,7 @@ def _look_back(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, status0,
         exists = chunk >= 0
         status = tl.atomic_add(sync_ptr + 1 + (slot - c + chunk), tl.zeros_like(chunk),
                                mask=exists, sem="acquire")
-        status = tl.maximum(status - status0, 0)  # an earlier launch's status: not yet
+        status = _status(status, status0)
         status = tl.where(exists, status, 2)     # before chunk 0: a stop, never reached
         stop, stop_status = _window_stop(status, WIDTH)
         # per-lane masks from tensors (the interpreter rejects a tensor & scalar-bool mask)

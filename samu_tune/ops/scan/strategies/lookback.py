@@ -168,17 +168,14 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
     # fp32 summaries: written before read, never read after the launch (no fill)
     carry = (_scratch.fp32("carry", carry_words, dev) if kept
              else torch.empty(carry_words, dtype=torch.float32, device=dev))
-    sync, ticket0, status0 = ((sync, 0, 0) if sync is not None else
-                              _scratch.head(_head_words(B, L, M, plan), slots, dev, kept))
-    try:       # kwargs: the memoized dict of _launch_spec, never changed
+    words = 0 if sync is not None else _head_words(B, L, M, plan)
+    # kwargs: the memoized dict of _launch_spec, never changed
+    with _scratch.Head(sync, words, slots, dev, kept) as (sync, ticket0, status0):
         _scan_kernel.launch((slots,), (
             sync, carry, eta, delta, nu_log, theta_log, seg, ctl, gamma, o, xw, p_gamma, x[0],
             x[1], h0[0], h0[1], y[0], y[1], end[0], end[1], gx[0], gx[1], gh0[0], gh0[1],
             p_ctl[0], p_ctl[1], p_spec[0], p_spec[1],
             B, L, M, nmt, nch, plan.window, ticket0, status0), kwargs)
-    except BaseException:     # it took no tickets: a kept head's counts would be wrong
-        _scratch.drop_head(dev)
-        raise
 
 
 @functools.lru_cache(maxsize=4096)
