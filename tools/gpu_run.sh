@@ -47,7 +47,7 @@ if on "${T_TESTS:-110}"; then
   workers=""
   python3 -c "import xdist" 2>/dev/null && workers="-n ${TEST_WORKERS:-8}"
   timeout "${T_TESTS:-110}" python3 -m pytest -v -m gpu -p no:cacheprovider $workers \
-      ${TEST_ARGS:-tests/test_lookback.py tests/test_decode.py tests/test_decode_cache.py} \
+      ${TEST_ARGS:-tests/test_lookback.py tests/test_scratch.py tests/test_decode.py tests/test_decode_cache.py} \
       ${TEST_K:+-k "$TEST_K"} 2>&1 \
       | grep -E "PASSED|FAILED|ERROR|Error|assert|passed|failed" > "$OUT/gpu_tests.log"
   grep -c PASSED "$OUT/gpu_tests.log"; grep -E "FAILED|ERROR|passed|failed" "$OUT/gpu_tests.log" | tail -8
