@@ -182,11 +182,15 @@ def _merge_warm(before: dict, after: dict) -> dict:
     """One case's pool counts from its two passes (before the tune; after it, those of the
     tasks the first pass cancelled that the exhaustive timing needs): a task submitted twice
     counts once, cancelled or done as the second pass left it."""
-    out = dict(before, errors=before["errors"] + after["errors"], left=after.get("left", []))
-    out["done"] += after["done"]
-    out["seconds"] += after["seconds"]
-    out["cancelled"] += after["cancelled"] - after["tasks"]
+    out = dict(before, errors=list(before["errors"]), left=after.get("left", []))
+    _add_warm(out, _second_pass(after))
     return out
+
+
+def _second_pass(after: dict) -> dict:
+    """A second pass's counts as an addition to the first's: no new tasks, and the tasks it
+    re-ran no longer cancelled."""
+    return dict(after, tasks=0, cancelled=after["cancelled"] - after["tasks"])
 
 
 # ---------------------------------------------------------------- one case -------------------
@@ -494,11 +498,7 @@ def main(argv=None):
                     "trace": traceback.format_exc()[-1500:]}
         after = case.pop("warm_after", None)
         if after is not None:      # the second pass re-ran some of the first's cancelled
-            total = result["warm"]
-            total["done"] += after["done"]
-            total["seconds"] += after["seconds"]
-            total["errors"] += after["errors"]
-            total["cancelled"] += after["cancelled"] - after["tasks"]
+            _add_warm(result["warm"], _second_pass(after))
             warm = _merge_warm(warm, after)
         case["warm"] = {k: v for k, v in warm.items() if k not in ("errors", "left")}
         result["cases"].append(case)

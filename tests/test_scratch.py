@@ -84,10 +84,12 @@ def _run(inputs, final):
 
 
 def _expected(inputs):
-    """The float64 reference."""
+    """The float64 reference (with the inputs' initial state and resets, if any)."""
     wide = [t.double() for t in (inputs.eta, inputs.delta, inputs.nu_log, inputs.theta_log,
                                  inputs.br, inputs.bi)]
-    return scan_reference(*wide, output_final_state=True)
+    h0 = inputs.initial_state
+    return scan_reference(*wide, initial_state=None if h0 is None else tuple(
+        t.double() for t in h0), segment_pos=inputs.segment_pos, output_final_state=True)
 
 
 @pytest.mark.parametrize("shapes", [[(2, 40, 16), (3, 130, 24), (1, 20, 8)]],
@@ -230,11 +232,7 @@ def test_no_grad_scans_reuse_the_head_without_a_fill(unpoisoned, monkeypatch, li
                               final_state=True)
         inputs = random_inputs(problem, seed=i)
         out = _no_grad_scan(plan, inputs)
-        want = scan_reference(*[t.double() for t in (inputs.eta, inputs.delta, inputs.nu_log,
-                                                     inputs.theta_log, inputs.br, inputs.bi)],
-                              initial_state=None if not h0 else tuple(
-                                  t.double() for t in inputs.initial_state),
-                              segment_pos=inputs.segment_pos, output_final_state=True)
+        want = _expected(inputs)
         for got, exp in ((out.real, want.real), (out.imag, want.imag),
                          (out.final_state[0], want.final_state[0]),
                          (out.final_state[1], want.final_state[1])):
@@ -255,8 +253,7 @@ def test_no_grad_scans_reuse_the_head_without_a_fill(unpoisoned, monkeypatch, li
     # a launch of more programs than the head holds grows it: zeroed once more
     inputs = random_inputs(cpu_problem(4, 200, 20, dtype="float32", final_state=True), seed=9)
     out = _no_grad_scan(plan, inputs)
-    want = scan_reference(*[t.double() for t in (inputs.eta, inputs.delta, inputs.nu_log,
-                                                 inputs.theta_log, inputs.br, inputs.bi)])
+    want = _expected(inputs)
     torch.testing.assert_close(out.real.double(), want.real, atol=1e-4, rtol=1e-4)
     (grown,) = scratch._HEADS.values()
     assert grown.buf is not buf and grown.buf.numel() == 128 and len(fills) == 2

@@ -151,8 +151,9 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
     """One look-back launch.  ``ctl``: the loop-inner walk's control table [B L, 4] fp32,
     written by the kernel itself when ``make_table`` (forward).  ``sync``: a zeroed int32 head
     (:func:`_head_words`); None: the stream's kept head if ``kept`` (no fill), else a zeroed
-    one.  ``end`` (reverse): the final-state gradient pair, or (None, None) for a zero one.  ``p_ctl``, ``p_spec`` (and
-    ``p_gamma``): per-program partials, or zeroed atomic accumulators when ``plan.atomic``.
+    one.  ``end`` (reverse): the final-state gradient pair, or (None, None) for a zero one.
+    ``p_ctl``, ``p_spec`` (and ``p_gamma``): per-program partials, or zeroed atomic
+    accumulators when ``plan.atomic``.
     ``gamma`` given: the SAMU layer fused (see :class:`samu_tune.ops.layer.fused_autograd.FusedLayer`): x = (x or d y
     [B, L, 2M], None), o the layer output or grad x [B, L, 2M], y the states (written when
     ``save_h``), xw the layer input and p_gamma the d gamma partials (backward).  ``kept``:
@@ -357,7 +358,8 @@ class _LookbackScan(torch.autograd.Function):
         work = None if eager and not training else _Zeroed.of(plan, B, L, M, br.device, training)
         _launch(plan, False, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
                 seg=seg, x=(br, bi), h0=(h0_r, h0_i), y=(out_r, out_i), end=(last_r, last_i),
-                ctl=ctl, sync=work and work.fwd_sync, make_table=plan.loop, kept=eager)
+                ctl=ctl, sync=None if work is None else work.fwd_sync, make_table=plan.loop,
+                kept=eager)
         if work is None:
             return out_r, out_i, last_r, last_i      # no backward: nothing to keep
         ctx.plan = plan
