@@ -90,17 +90,36 @@ def test_exact_hit_and_cache_change_drop_the_memo(fakes):
 
 
 def test_nearest_key_in_log_space_with_same_features(fakes):
-    _put("B1-L16-M8-f32-forward", "fake_b")           # B*M = 8, L = 16: distance 0
+    _put("B8-L16-M1-f32-forward", "fake_b")           # B*M = 8, L = 16: distance 0
     _put("B2-L64-M4-f32-forward", "fake_c")           # L 4x away
     _put("B2-L16-M4-f32-train", "grid", {"a": 1, "b": 1})  # same shape, other mode
     d = dispatch.choose(PROBLEM)
     assert (d.strategy.name, d.source, d.source_key) == ("fake_b", "nearest",
-                                                         "B1-L16-M8-f32-forward")
+                                                         "B8-L16-M1-f32-forward")
     near = cache.nearest(ScanProblem(B=2, L=48, M=4, dtype="float32", device="cpu",
                                      backward=False), SIG)
-    assert [e.key for _, e in near] == ["B2-L64-M4-f32-forward", "B1-L16-M8-f32-forward"]
+    assert [e.key for _, e in near] == ["B2-L64-M4-f32-forward", "B8-L16-M1-f32-forward"]
     _scan()
     assert _ran(fakes) == ["fake_b"]
+
+
+def test_nearest_keys_keep_m_alignment_apart(fakes):
+    """A config tuned where M is a multiple of 8 is never the nearest choice where it is not
+    (nor the reverse): the feature key tells them apart."""
+    odd = PROBLEM.model_copy(update={"M": 6})
+    aligned = PROBLEM.model_copy(update={"M": 16})
+    assert (aligned.feature_key(), odd.feature_key()) == ("f32-forward",
+                                                          "f32-forward-unaligned")
+    _put("B2-L16-M8-f32-forward", "fake_b")              # nearest in log space, aligned
+    trail = []
+    d = dispatch.choose(odd, trail=trail)
+    assert d.source == "rule"
+    assert any("no entry with features f32-forward-unaligned" in t for t in trail)
+    _put("B1-L64-M5-f32-forward", "fake_c")              # farther, but unaligned too
+    d = dispatch.choose(odd)
+    assert (d.strategy.name, d.source, d.source_key) == ("fake_c", "nearest",
+                                                         "B1-L64-M5-f32-forward")
+    assert dispatch.choose(aligned).source_key == "B2-L16-M8-f32-forward"
 
 
 def test_a_cached_config_invalid_here_falls_through(fakes):
