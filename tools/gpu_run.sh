@@ -13,7 +13,8 @@
 #   6. layer forward / train: SAMU default vs fused vs controller + seed scan  T_LAYER -> layer/
 #   7. fused layer by look-back config (FUSED_ARGS)              T_FUSED    -> fused/
 #   8. host path: GPU time, host time per call, eager wall (HOST_ARGS; HOST_BASELINE=DIR: the
-#      same benchmark on DIR's samu_tune too)                    T_HOST     -> host/, host_base/
+#      same benchmark on DIR's samu_tune too; HOST_ROUNDS=N: the two in N alternating rounds,
+#      paired per round)                     T_HOST     -> host/, host_base/, host_rounds.md
 #   9. decode tokens/s (SAMU.step vs the seed)                   T_DECODE   -> layer/
 #  10. cold tune with and without the compile pool (COLD_ARGS)   T_COLD     -> cold_tune/
 #  11. Nsight Compute counters of the look-back kernel (NCU_CONFIGS: config specs; NCU_ARGS,
@@ -111,15 +112,25 @@ if on "${T_HOST:-0}"; then
   phase host
   # a user's time in three parts (GPU, host per call, eager wall), scan / layer / decode /
   # four-block model (HOST_ARGS, e.g. --only scan,layer)
-  mkdir -p "$OUT/host"
-  timeout "$T_HOST" python3 -m benchmarks.bench_host --out "$OUT/host" ${HOST_ARGS:-} \
-      > "$OUT/host/bench_host.log" 2>&1; tail -70 "$OUT/host/bench_host.log"
-  if [ -n "${HOST_BASELINE:-}" ]; then
-    # this tree's benchmark on DIR's samu_tune
-    mkdir -p "$OUT/host_base"
-    in_baseline "$HOST_BASELINE" timeout "${T_HOST_BASE:-$T_HOST}" python3 -m benchmarks.bench_host \
-        --out "$OUT/host_base" ${HOST_BASE_ARGS:-${HOST_ARGS:-}} \
-        > "$OUT/host_base/bench_host.log" 2>&1; tail -40 "$OUT/host_base/bench_host.log"
+  # HOST_ROUNDS > 1 with HOST_BASELINE: this tree and DIR's in turns, each round into r<n>/,
+  # then the per-round paired table (benchmarks/host_rounds.py: the host's drift within a call
+  # is larger than the changes measured); T_HOST and T_HOST_BASE bound each run
+  rounds=${HOST_ROUNDS:-1}
+  for r in $(seq 1 "$rounds"); do
+    sub=""; [ "$rounds" -gt 1 ] && sub="/r$r"
+    mkdir -p "$OUT/host$sub"
+    timeout "$T_HOST" python3 -m benchmarks.bench_host --out "$OUT/host$sub" ${HOST_ARGS:-} \
+        > "$OUT/host$sub/bench_host.log" 2>&1; tail -70 "$OUT/host$sub/bench_host.log"
+    if [ -n "${HOST_BASELINE:-}" ]; then
+      # this tree's benchmark on DIR's samu_tune
+      mkdir -p "$OUT/host_base$sub"
+      in_baseline "$HOST_BASELINE" timeout "${T_HOST_BASE:-$T_HOST}" python3 -m benchmarks.bench_host \
+          --out "$OUT/host_base$sub" ${HOST_BASE_ARGS:-${HOST_ARGS:-}} \
+          > "$OUT/host_base$sub/bench_host.log" 2>&1; tail -40 "$OUT/host_base$sub/bench_host.log"
+    fi
+  done
+  if [ "$rounds" -gt 1 ] && [ -n "${HOST_BASELINE:-}" ]; then
+    python3 -m benchmarks.host_rounds "$OUT/host" "$OUT/host_base" --out "$OUT/host_rounds.md"
   fi
 fi
 if on "${T_DECODE:-45}"; then
