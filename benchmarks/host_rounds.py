@@ -4,8 +4,8 @@ A device host's speed drifts within one call by more than the host-path changes 
 to measure (an H100 host ran the same training call 0.39-0.88 ms in one half of a call and
 0.75-0.97 ms in the other).  ``tools/gpu_run.sh`` with ``HOST_ROUNDS`` > 1 and
 ``HOST_BASELINE`` therefore runs ``bench_host`` on this tree and on the baseline tree in
-turns (round 1 this tree, then the baseline, round 2 ...), each into ``DIR/r<n>/``, and this
-module reads them back::
+turns (odd rounds this tree first, even rounds the baseline first, so that a steady drift
+cancels), each into ``DIR/r<n>/``, and this module reads them back::
 
     python -m benchmarks.host_rounds HEAD_DIR BASE_DIR [--out FILE.md]
 
@@ -27,11 +27,11 @@ from typing import Optional
 _PARTS = ("scan", "layer", "decode")
 
 
-def round_dirs(root: Path) -> list[Path]:
-    """``root/r1``, ``root/r2``, ... that hold a bench_host.json, in round order."""
-    found = [d for d in root.glob("r*") if d.name[1:].isdigit()
-             and (d / "bench_host.json").is_file()]
-    return sorted(found, key=lambda d: int(d.name[1:]))
+def round_dirs(root: Path) -> dict[int, Path]:
+    """Round number -> ``root/r<n>`` for the rounds that hold a bench_host.json (a run that
+    failed before its first row left none)."""
+    return {int(d.name[1:]): d for d in root.glob("r*")
+            if d.name[1:].isdigit() and (d / "bench_host.json").is_file()}
 
 
 def _row_key(part: str, row: dict) -> tuple:
@@ -56,17 +56,20 @@ def host_times(path: Path) -> dict[tuple, float]:
     return out
 
 
-def paired(head: list[dict[tuple, float]], base: list[dict[tuple, float]]) -> list[dict]:
-    """Per key present in both trees: each tree's median, and the paired ratios of the rounds
-    where both have it."""
-    keys = sorted({k for run in head for k in run} & {k for run in base for k in run},
+def paired(head: dict[int, dict[tuple, float]], base: dict[int, dict[tuple, float]]
+           ) -> list[dict]:
+    """Per key present in both trees (``{round: times}`` each): each tree's median over its
+    rounds, and the ratios of the rounds both trees have it in, paired by round number."""
+    keys = sorted({k for run in head.values() for k in run}
+                  & {k for run in base.values() for k in run},
                   key=lambda k: (k[0], k[1], str(k[2])))
+    both = sorted(head.keys() & base.keys())
     rows = []
     for key in keys:
-        h = [run[key] for run in head if key in run]
-        b = [run[key] for run in base if key in run]
-        ratios = [hr[key] / br[key] for hr, br in zip(head, base)
-                  if key in hr and key in br and br[key] > 0]
+        h = [run[key] for run in head.values() if key in run]
+        b = [run[key] for run in base.values() if key in run]
+        ratios = [head[n][key] / base[n][key] for n in both
+                  if key in head[n] and key in base[n] and base[n][key] > 0]
         rows.append({"part": key[0], "shape": list(key[1]), "mode": key[2],
                      "head_ms": statistics.median(h), "base_ms": statistics.median(b),
                      "ratios": ratios,
@@ -78,9 +81,10 @@ def markdown(rows: list[dict], rounds: int, head: str, base: str) -> str:
     def f(x: Optional[float], fmt: str = ".3f") -> str:
         return "-" if x is None else format(x, fmt)
 
-    lines = [f"# Host time per call, {head} against {base}, {rounds} alternating rounds", "",
-             "ms per call, each tree's median over the rounds; ratio = median over rounds of "
-             "(this / baseline) within a round, with its range (below 1: this tree faster).",
+    lines = [f"# Host time per call, {head} against {base}, {rounds} rounds run by both", "",
+             "ms per call, each tree's median over its rounds; ratio = median over the rounds "
+             "both ran of (this / baseline) within a round, with its range (below 1: this "
+             "tree faster).",
              "", "| part | shape | mode | this ms | baseline ms | ratio | range |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -101,10 +105,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"no rounds (r<n>/bench_host.json) under {args.head if not head_dirs else args.base}",
               file=sys.stderr)
         return 1
-    head = [host_times(d / "bench_host.json") for d in head_dirs]
-    base = [host_times(d / "bench_host.json") for d in base_dirs]
+    head = {n: host_times(d / "bench_host.json") for n, d in head_dirs.items()}
+    base = {n: host_times(d / "bench_host.json") for n, d in base_dirs.items()}
     rows = paired(head, base)
-    text = markdown(rows, min(len(head), len(base)), str(args.head), str(args.base))
+    text = markdown(rows, len(head.keys() & base.keys()), str(args.head), str(args.base))
     print(text, end="")
     if args.out is not None:
         args.out.write_text(text)

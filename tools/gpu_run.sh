@@ -116,18 +116,28 @@ if on "${T_HOST:-0}"; then
   # then the per-round paired table (benchmarks/host_rounds.py: the host's drift within a call
   # is larger than the changes measured); T_HOST and T_HOST_BASE bound each run
   rounds=${HOST_ROUNDS:-1}
+  if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
+    echo "HOST_ROUNDS must be a whole number >= 1, got '$rounds': one round"; rounds=1
+  fi
+  # a round's log tails: all of them for one round, a few lines each for several
+  lines=70; [ "$rounds" -gt 1 ] && lines=6
+  host_head() {
+    mkdir -p "$OUT/host$1"
+    timeout "$T_HOST" python3 -m benchmarks.bench_host --out "$OUT/host$1" ${HOST_ARGS:-} \
+        > "$OUT/host$1/bench_host.log" 2>&1; tail -"$lines" "$OUT/host$1/bench_host.log"
+  }
+  host_base() {
+    # this tree's benchmark on DIR's samu_tune
+    [ -n "${HOST_BASELINE:-}" ] || return 0
+    mkdir -p "$OUT/host_base$1"
+    in_baseline "$HOST_BASELINE" timeout "${T_HOST_BASE:-$T_HOST}" python3 -m benchmarks.bench_host \
+        --out "$OUT/host_base$1" ${HOST_BASE_ARGS:-${HOST_ARGS:-}} \
+        > "$OUT/host_base$1/bench_host.log" 2>&1; tail -"$lines" "$OUT/host_base$1/bench_host.log"
+  }
   for r in $(seq 1 "$rounds"); do
     sub=""; [ "$rounds" -gt 1 ] && sub="/r$r"
-    mkdir -p "$OUT/host$sub"
-    timeout "$T_HOST" python3 -m benchmarks.bench_host --out "$OUT/host$sub" ${HOST_ARGS:-} \
-        > "$OUT/host$sub/bench_host.log" 2>&1; tail -70 "$OUT/host$sub/bench_host.log"
-    if [ -n "${HOST_BASELINE:-}" ]; then
-      # this tree's benchmark on DIR's samu_tune
-      mkdir -p "$OUT/host_base$sub"
-      in_baseline "$HOST_BASELINE" timeout "${T_HOST_BASE:-$T_HOST}" python3 -m benchmarks.bench_host \
-          --out "$OUT/host_base$sub" ${HOST_BASE_ARGS:-${HOST_ARGS:-}} \
-          > "$OUT/host_base$sub/bench_host.log" 2>&1; tail -40 "$OUT/host_base$sub/bench_host.log"
-    fi
+    # odd rounds this tree first, even rounds the baseline first: a steady drift cancels
+    if (( r % 2 )); then host_head "$sub"; host_base "$sub"; else host_base "$sub"; host_head "$sub"; fi
   done
   if [ "$rounds" -gt 1 ] && [ -n "${HOST_BASELINE:-}" ]; then
     python3 -m benchmarks.host_rounds "$OUT/host" "$OUT/host_base" --out "$OUT/host_rounds.md"

@@ -56,9 +56,10 @@ class ScanProblem(BaseModel):
     def feature_key(self) -> str:
         """The key without B, L and M, marked ``-unaligned`` where M is not a multiple of 8:
         problems that may share a nearest-neighbour choice.  The look-back kernels load rows
-        as 16-byte vectors, which their software pipeline stages, only at such an M, so a
-        config tuned there does not carry over (at (3, 5000, 300) on the H200 the nearest
-        tuned config, staged, ran 1.30x / 1.43x the best forward / train)."""
+        as vectors of 8 elements, which their software pipeline stages, only where M is a
+        multiple of 8, so a config tuned at such an M does not carry over to another (at
+        (3, 5000, 300), bf16, on the H200 the nearest tuned config, staged, ran 1.30x /
+        1.43x the best forward / train)."""
         rest = self.key().split("-", 3)[3]
         return rest if self.M % 8 == 0 else rest + "-unaligned"
 

@@ -176,9 +176,9 @@ def default(problem: ScanProblem) -> LookbackConfig:
     (8, 8192, 1024)), two rows per step up to M = 512 (the tuned pick at every such grid
     shape tuned on an H100 and in the H200 table, 3-16% faster than one row on the H100)
     and one above; else 128 modes two rows per step, or, from ``_WIDE_DEFAULT_CHUNKS`` chunks
-    on, one row with a look-back width of 8 (decoupled).  256 modes only where 128-mode tiles
-    would cover no fewer (M = 300: three tiles of 128, 384 modes, not two of 256, 512), and
-    unstaged where M is not a multiple of 8 (rows not loaded as 16-byte vectors, which the
+    on, one row with a look-back width of 8 (decoupled).  Up to M = 512, 256 modes only where
+    128-mode tiles would cover no fewer (M = 300: three tiles of 128, 384 modes, not two of
+    256, 512; above 512 not measured), and unstaged where M is not a multiple of 8 (rows not loaded as 16-byte vectors, which the
     pipeline stages: at (3, 5000, 300) on the H200, 128 modes two rows unstaged ran 1.09x /
     1.00x the exhaustive best forward / train, the staged 256-mode config 1.33x / 1.44x).  Shorter L: 32-step
     loop chunks of up to 512 modes (unstaged: a 32-step walk is mostly pipeline prologue).
@@ -187,8 +187,8 @@ def default(problem: ScanProblem) -> LookbackConfig:
     more."""
     mode = "chained" if problem.deterministic else "decoupled"
     if problem.M >= 128 and problem.L >= 64:
-        block_m = 256 if problem.M >= 256 and _padded(problem.M, 256) == _padded(problem.M,
-                                                                                  128) else 128
+        block_m = 256 if problem.M >= 256 and (problem.M > 512 or _padded(
+            problem.M, 256) == _padded(problem.M, 128)) else 128
         # (rows, look-back width), the first valid one
         steps = ((2, 1), (1, 1)) if problem.M <= 512 else ((1, 1),)
         if block_m == 128 and n_chunks(problem.L, 64) >= _WIDE_DEFAULT_CHUNKS:
