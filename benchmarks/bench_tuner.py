@@ -2,8 +2,9 @@
 close its pick gets to an exhaustive search, timed with the tuner's own clock.
 
 Per case (shape, mode):
-  (a) ``samu_tune.tune(problem, mode, budget_s=<settings default>)``: wall seconds, with the
-      part spent in first calls (``warmup_s``: loading or compiling kernels) and verification;
+  (a) ``samu_tune.tune(problem, mode, budget_s=<settings default>, patience=<settings
+      default>)``, the search online mode and ``profile`` run: wall seconds, with the part
+      spent in first calls (``warmup_s``: loading or compiling kernels) and verification;
   (b) exhaustive reference: every valid ``lookback`` config with decoupled look-back, sub=1,
       window=1 (the subspace the H200 winners come from) plus every other strategy's default,
       each timed with :func:`samu_tune.timing.gpu_samples` (GPU time, as the tuner);
@@ -37,6 +38,7 @@ import json
 import os
 import time
 import traceback
+from typing import Optional
 
 import torch
 
@@ -195,12 +197,14 @@ def _second_pass(after: dict) -> dict:
 
 # ---------------------------------------------------------------- one case -------------------
 
-def tune_case(problem: ScanProblem, budget_s: float) -> dict:
+def tune_case(problem: ScanProblem, budget_s: float, patience: Optional[int]) -> dict:
+    """The tune as online mode and ``profile`` run it: ``budget_s`` and the patience stop
+    (None: none, the search then runs to its budget)."""
     t0 = time.monotonic()
-    res = samu_tune.tune(problem, problem.mode, budget_s=budget_s)
+    res = samu_tune.tune(problem, problem.mode, budget_s=budget_s, patience=patience)
     wall = time.monotonic() - t0
     cands = res.candidates
-    info = {"wall_s": wall, "budget_s": budget_s, "stopped": res.stopped,
+    info = {"wall_s": wall, "budget_s": budget_s, "patience": patience, "stopped": res.stopped,
             "evaluated": len([c for c in cands if c.status != "skipped"]),
             "failed": [f"{c.name}: {c.reason}" for c in res.failed()][:10],
             "warmup_s": sum(c.warmup_s for c in cands), "verify_s": sum(c.verify_s for c in cands),
@@ -304,7 +308,7 @@ def run_case(problem, args, deadline, device, cases_left, pool=None, pending=())
     budget = min(args.budget, max(5.0, left / cases_left - reserve))
     case["budget_clipped"] = budget < args.budget
     try:
-        case["tune"] = tune_case(problem, budget)
+        case["tune"] = tune_case(problem, budget, args.patience or None)
     except Exception as exc:
         case["tune"] = {"error": error_text(exc),
                         "trace": traceback.format_exc()[-1500:]}
@@ -379,7 +383,7 @@ def markdown(result: dict) -> str:
         mark = " (partial)" if partial and c.get("ratio") is not None else ""
         lines.append(
             f"| {c['key']} | {_f(t.get('wall_s'), '.1f')} ({_f(t.get('budget_s'), '.0f')}"
-            f"{', stopped' if t.get('stopped') else ''}) | "
+            f"{', ' + t['stopped'] if t.get('stopped') else ''}) | "
             f"{t.get('evaluated', '-')} | {t.get('cold', '-')} | {_f(t.get('warmup_s'), '.1f')} |"
             f" {_f(t.get('verify_s'), '.1f')} | {t.get('pick', t.get('error', '-'))}"
             f"{' (' + t['pick_phase'] + ')' if t.get('pick_phase') else ''} | "
@@ -415,6 +419,9 @@ def main(argv=None):
                     help="compile only the exhaustive sets, not the defaults' neighbours")
     ap.add_argument("--budget", type=float, default=settings().tune_budget_s,
                     help="tune budget_s (default: the online-tuning default)")
+    ap.add_argument("--patience", type=int, default=settings().tune_patience,
+                    help="the tune's patience stop, as online mode and profile use it (default "
+                         "the settings'; 0: none, each tune runs to its budget)")
     ap.add_argument("--reserve-s", type=float, default=12.0,
                     help="seconds kept per case for the exhaustive timing and re-timing")
     ap.add_argument("--reps-ms", type=float, default=40.0, help="sampling target per config")

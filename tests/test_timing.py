@@ -245,3 +245,29 @@ def test_bench_tuner_pool_passes_and_partial_mark(monkeypatch):
     assert "| 1/2 |" in table and "1.000 (partial)" in table
     case["exhaustive"] = {"rows": rows[:1], "timed": 1}
     assert "(partial)" not in bench_tuner.markdown({"cases": [case], "warm": {}})
+
+
+def test_bench_tuner_tunes_with_the_patience_stop(monkeypatch):
+    """bench_tuner's tune is the search online mode and profile run: the settings' patience
+    by default (0: none), the stop reason in its table."""
+    from benchmarks import bench_tuner
+    seen = {}
+
+    class Result:
+        candidates, stopped, winner, margin = [], "converged", None, None
+
+        def failed(self):
+            return []
+
+    def fake_tune(problem, mode, **kw):
+        seen.update(kw)
+        return Result()
+
+    monkeypatch.setattr(bench_tuner.samu_tune, "tune", fake_tune)
+    (problem,) = bench_tuner.parse_cases("2,300,70:forward", "float32", "cpu")
+    info = bench_tuner.tune_case(problem, 7.0, 6)
+    assert seen == {"budget_s": 7.0, "patience": 6}
+    assert (info["patience"], info["stopped"]) == (6, "converged")
+    table = bench_tuner.markdown({"cases": [{"key": problem.key(), "tune": {
+        **info, "wall_s": 1.0}}], "warm": {}})
+    assert "1.0 (7, converged)" in table
