@@ -2,7 +2,11 @@
 
 Run on the device machine (the grid phase of tools/gpu_run.sh)::
 
-    python -m benchmarks.bench_scan --out DIR [--shapes grid] [--accel] [--ship-bench]
+    python -m benchmarks.bench_scan --out DIR [--shapes grid] [--accel] [--served] [--ship-bench]
+
+``--served`` also times ``samu_tune.scan`` as ``cached`` mode serves each shape from the
+shipped table or the rule (an empty user cache), against the fastest candidate the run timed
+and accelerated-scan (off-grid shapes: ``--shapes "3,5000,300;12,3000,700" --accel --served``).
 
 Writes under --out:
   bench.json      every measurement (times in ms, fraction of copy bandwidth, compile seconds)
@@ -104,6 +108,69 @@ def _bw(row, shape, dtype, bw):
             row[f"{mode}_bw_frac"] = floor_ms(shape, dtype, mode, bw) / row[f"{mode}_ms"]
 
 
+def served_rows(cases, rows, args) -> list[dict]:
+    """Per case: ``samu_tune.scan`` timed as ``cached`` mode serves it with an empty user
+    cache (the shipped table's exact or nearest entry, else the rule), its choice and source,
+    and its time over the fastest candidate this run timed (``{mode}_vs_best``) and
+    accelerated-scan's over it (``{mode}_accel_over``)."""
+    import tempfile
+
+    from samu_tune import dispatch, explain
+    from samu_tune.settings import reload_settings
+    out = []
+    saved = {k: os.environ.get(k) for k in ("SAMU_TUNE_CACHE_DIR", "SAMU_TUNE_MODE")}
+    with tempfile.TemporaryDirectory() as empty:
+        os.environ.update(SAMU_TUNE_CACHE_DIR=empty, SAMU_TUNE_MODE="cached")
+        reload_settings()
+        dispatch.clear_memo()
+        try:
+            for shape, dtype in cases:
+                row = {"kind": "served", "name": "samu_tune.scan (cached)", "config": None,
+                       "shape": list(shape), "dtype": dtype}
+                try:
+                    row.update(measure("scan", "scan", None, shape, dtype,
+                                       ("forward", "train"), args.rep_ms, args.do_bench))
+                    for mode in ("forward", "train"):
+                        e = explain(ScanProblem(B=shape[0], L=shape[1], M=shape[2],
+                                                dtype=dtype, backward=mode == "train"))
+                        row[f"{mode}_choice"] = f"{e.strategy} {e.config} ({e.source})"
+                        _versus(row, rows, shape, dtype, mode)
+                except Exception as exc:
+                    row["error"] = error_text(exc)
+                out.append(row)
+                print(f"served   {str(shape):18s} {dtype:8s} "
+                      f"fwd {row.get('forward_ms', float('nan')):8.3f} ms "
+                      f"(x{row.get('forward_vs_best', float('nan')):.3f} of the best timed, "
+                      f"accel x{row.get('forward_accel_over', float('nan')):.2f}) "
+                      f"train {row.get('train_ms', float('nan')):8.3f} ms "
+                      f"(x{row.get('train_vs_best', float('nan')):.3f}, "
+                      f"accel x{row.get('train_accel_over', float('nan')):.2f}) "
+                      f"{row.get('error', '')[:80]}", flush=True)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            reload_settings()
+            dispatch.clear_memo()
+    return out
+
+
+def _versus(row: dict, rows: list[dict], shape, dtype, mode: str) -> None:
+    """``row``'s {mode} time over the fastest strategy candidate timed at the same shape, and
+    accelerated-scan's time over ``row``'s."""
+    same = [r for r in rows if r.get("shape") == list(shape) and r.get("dtype") == dtype
+            and f"{mode}_ms" in r]
+    best = min((r[f"{mode}_ms"] for r in same if r["kind"] == "strategy"), default=None)
+    accel = next((r[f"{mode}_ms"] for r in same if r["kind"] == "accel"), None)
+    ms = row.get(f"{mode}_ms")
+    if ms and best:
+        row[f"{mode}_vs_best"] = ms / best
+    if ms and accel:
+        row[f"{mode}_accel_over"] = accel / ms
+
+
 def tune_and_ship(cases, rows, args, out_dir, use_tuner=True):
     """Tune each (shape, mode) (unless not ``use_tuner``); the cache entry is the faster of
     the tuner's winner and the best candidate timed by this benchmark.  Exports the cache as
@@ -185,6 +252,9 @@ def main(argv=None):
                     help="B,L,M;...: seed variants other than 'default' only at these shapes "
                          "(the seed compiles each shape for 80-90 s)")
     ap.add_argument("--accel", action="store_true", help="time accelerated_scan.complex")
+    ap.add_argument("--served", action="store_true",
+                    help="time samu_tune.scan as cached mode serves each shape with an empty "
+                         "user cache, against the best timed candidate and accelerated-scan")
     ap.add_argument("--fp32", action="store_true", help="also fp32 at two shapes")
     ap.add_argument("--workers", type=int, default=min(14, os.cpu_count() or 1))
     ap.add_argument("--rep-ms", type=int, default=150)
@@ -285,6 +355,14 @@ def main(argv=None):
             save()
     result["rows"] = rows
     save()
+
+    # 3b. what `cached` mode serves each case from the shipped table or the rule, with an
+    #     empty user cache (before this run tunes or caches anything), beside the timed best
+    if args.served:
+        result["served"] = served_rows(cases, rows, args)
+        rows += result["served"]
+        result["rows"] = rows
+        save()
 
     # 4. tune each case (budgeted), keep the faster of the tuner's winner and the best timed
     #    candidate above as the cache entry, export it as the shipped table, time the dispatch
