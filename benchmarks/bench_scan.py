@@ -6,7 +6,7 @@ Run on the device machine (the grid phase of tools/gpu_run.sh)::
 
 ``--served`` also times ``samu_tune.scan`` as ``cached`` mode serves each shape from the
 shipped table or the rule (an empty user cache), against the fastest candidate the run timed
-and accelerated-scan (off-grid shapes: ``--shapes "3,5000,300;12,3000,700" --accel --served``).
+and accelerated-scan (off the grid: ``--shapes offgrid --accel --served``).
 
 Writes under --out:
   bench.json      every measurement (times in ms, fraction of copy bandwidth, compile seconds)
@@ -38,7 +38,7 @@ from samu_tune import registry
 from samu_tune.ops.scan.problem import ScanProblem
 from samu_tune.ops.scan.verify import random_inputs, verify
 
-from benchmarks.common import (GRID, add_out, copy_bandwidth_tbps, error_text, floor_ms,
+from benchmarks.common import (GRID, OFF_GRID, add_out, copy_bandwidth_tbps, error_text, floor_ms,
                                make_call, parse_shapes, time_call, warm_all, write_json)
 
 FP32_SHAPES = [(1, 16384, 256), (8, 8192, 1024)]
@@ -244,7 +244,7 @@ def strategy_candidates(shape, dtype, per_strategy, names=None):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     add_out(ap)
-    ap.add_argument("--shapes", default="grid", help="grid | smoke | B,L,M;B,L,M")
+    ap.add_argument("--shapes", default="grid", help="grid | offgrid | smoke | B,L,M;B,L,M")
     ap.add_argument("--configs", type=int, default=4, help="configs timed per strategy")
     ap.add_argument("--strategies", default="", help="comma list (default: all)")
     ap.add_argument("--seed", default="default,chunk32", help="seed variants, '' for none")
@@ -272,6 +272,8 @@ def main(argv=None):
     t_start = time.time()
     if args.shapes == "grid":
         shapes = GRID
+    elif args.shapes == "offgrid":
+        shapes = OFF_GRID
     elif args.shapes == "smoke":
         shapes = [(1, 16384, 256), (8, 8192, 1024), (32, 512, 256)]
     else:

@@ -26,6 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # bench_host's scan rows
 GRID = [(1, 16384, 256), (2, 65536, 128), (32, 512, 256), (1, 2048, 1024), (4, 4096, 512),
         (16, 1024, 1024), (8, 8192, 1024), (64, 256, 64)]
+# ten shapes off the grid and off the shipped table: B*M from 96 to 9216, L from 700 to
+# 100000, M not a power of two (300, 700, 96, 200, 1000, 384), M % 8 != 0 (300, 700)
+OFF_GRID = [(3, 5000, 300), (12, 3000, 700), (1, 100000, 96), (4, 16384, 256),
+            (2, 32768, 128), (16, 2048, 512), (6, 1000, 200), (1, 7000, 1000),
+            (24, 700, 384), (2, 20000, 96)]
 # the layer shapes of bench_layer and bench_fused_configs (grid shapes: the seed's binaries
 # are cached by the grid run)
 LAYER_SHAPES = [(4, 4096, 512), (1, 16384, 256)]
