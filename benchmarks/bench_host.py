@@ -800,12 +800,15 @@ def main() -> int:
     data = {"meta": meta(device, clock, args), "scan": [], "layer": [], "decode": [],
             "model": [], "model_explain": []}
 
+    from benchmarks.host_floor import launch_counts, run_floor
+
     def save() -> None:
         data["meta"]["elapsed_s"] = round(time.perf_counter() - started, 1)
+        # per kernel, the run's launches through the direct path and through kernel[grid]
+        data["meta"]["launches"] = launch_counts()
         write_json(args.out / "bench_host.json", data)
 
     print(f"bench_host on {data['meta']['device']} ({clock.kind}), parts {parts}", flush=True)
-    from benchmarks.host_floor import run_floor
     runners = {"scan": run_scan, "layer": run_layer, "decode": run_decode, "model": run_model,
                "floor": run_floor}
     for part in PARTS:
@@ -817,6 +820,9 @@ def main() -> int:
     md = markdown(data)
     (args.out / "bench_host.md").write_text(md)
     print(md)
+    for row in data["meta"]["launches"]:
+        print(f"launches of {row['kernel']}: {row['direct']} direct, {row['normal']} through "
+              f"kernel[grid]{'' if row['reason'] is None else ' (' + row['reason'] + ')'}")
     print(f"wrote {args.out / 'bench_host.json'} and bench_host.md in "
           f"{data['meta']['elapsed_s']} s", flush=True)
     return 0

@@ -63,6 +63,17 @@ def launches_stubbed():
         scratch.clear()
 
 
+def launch_counts() -> list[dict]:
+    """Per samu_tune kernel wrapper that has launched: the kernel's name, its launches
+    through the direct path and through ``kernel[grid]``, and why it launches through Triton
+    only (None: the direct path is open) -- whether a run's launches took the direct path."""
+    from samu_tune import launcher
+    rows = [{"kernel": getattr(getattr(w.fn, "fn", None), "__name__", None) or repr(w.fn),
+             "direct": w.direct, "normal": w.normal, "reason": w.reason}
+            for w in list(getattr(launcher, "WRAPPERS", ())) if w.direct or w.normal]
+    return sorted(rows, key=lambda r: r["kernel"])
+
+
 def floor_calls(device: torch.device, shape=PROBE_SHAPE) -> dict[str, Callable]:
     """The floor cases: name -> zero-argument call."""
     from samu_tune import launcher

@@ -73,6 +73,7 @@ import inspect
 import logging
 import sys
 import warnings
+import weakref
 from typing import Any, Callable, Optional
 
 import torch
@@ -406,9 +407,14 @@ class FastKernel:
         warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
+# every wrapper :func:`fast` made (the host benchmark reports their launch counts)
+WRAPPERS: "weakref.WeakSet[FastKernel]" = weakref.WeakSet()
+
+
 def fast(kernel) -> FastKernel:
     """``kernel`` (a ``@triton.jit`` function) wrapped in a :class:`FastKernel`; a wrapper is
     returned as it is."""
     if isinstance(kernel, FastKernel):
         return kernel
-    return FastKernel(kernel)
+    WRAPPERS.add(wrapper := FastKernel(kernel))
+    return wrapper

@@ -35,3 +35,17 @@ def test_floor_rows_and_table():
         assert r["stubbed"]["host_ms"] < r["full"]["host_ms"], r
     table = "\n".join(floor_markdown(rows, fmt))
     assert "| scan forward (1, 32, 16) |" in table and "the launches" in table
+
+
+def test_launch_counts_name_each_launched_kernel():
+    """After a scan, the look-back kernel's wrapper reports its launches; under the
+    interpreter all of them go through kernel[grid], and the reason says why."""
+    import samu_tune
+    from benchmarks.host_floor import launch_counts
+    x = torch.randn(1, 16, 8)
+    samu_tune.scan(torch.randn(1, 16), torch.randn(1, 16), torch.randn(8), torch.randn(8), x,
+                   torch.randn_like(x), strategy="lookback")
+    rows = {r["kernel"]: r for r in launch_counts()}
+    row = rows["lookback_scan"]
+    assert row["direct"] == 0 and row["normal"] >= 1
+    assert row["reason"] == "TRITON_INTERPRET=1"
