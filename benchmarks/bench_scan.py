@@ -116,14 +116,13 @@ def served_rows(cases, rows, args) -> list[dict]:
     import tempfile
 
     from samu_tune import dispatch, explain
-    from samu_tune.settings import reload_settings
+    from samu_tune.settings import environment, reload_settings
     out = []
-    saved = {k: os.environ.get(k) for k in ("SAMU_TUNE_CACHE_DIR", "SAMU_TUNE_MODE")}
-    with tempfile.TemporaryDirectory() as empty:
-        os.environ.update(SAMU_TUNE_CACHE_DIR=empty, SAMU_TUNE_MODE="cached")
-        reload_settings()
-        dispatch.clear_memo()
-        try:
+    try:
+        with (tempfile.TemporaryDirectory() as empty,
+              environment(SAMU_TUNE_CACHE_DIR=empty, SAMU_TUNE_MODE="cached")):
+            reload_settings()
+            dispatch.clear_memo()
             for shape, dtype in cases:
                 row = {"kind": "served", "name": "samu_tune.scan (cached)", "config": None,
                        "shape": list(shape), "dtype": dtype}
@@ -146,14 +145,9 @@ def served_rows(cases, rows, args) -> list[dict]:
                       f"(x{row.get('train_vs_best', float('nan')):.3f}, "
                       f"accel x{row.get('train_accel_over', float('nan')):.2f}) "
                       f"{row.get('error', '')[:80]}", flush=True)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-            reload_settings()
-            dispatch.clear_memo()
+    finally:
+        reload_settings()         # the caller's environment again
+        dispatch.clear_memo()
     return out
 
 

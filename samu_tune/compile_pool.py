@@ -43,6 +43,8 @@ from typing import Any, Optional
 import torch
 from pydantic import BaseModel
 
+from samu_tune.settings import environment
+
 _REFERENCES: dict[Any, Any] = {}     # per worker process: (problem, seed) -> reference
 _STEPS: dict[Any, Any] = {}          # per compile worker: (problem, seed) -> timed step
 _TARGET: list = []                   # per compile worker: the target it compiles for
@@ -183,17 +185,8 @@ def _worker_environment(compile_only: bool):
     if not compile_only:
         yield
         return
-    saved = {k: os.environ.get(k) for k in ("TRITON_INTERPRET", "SAMU_TUNE_FAST_LAUNCH")}
-    os.environ["TRITON_INTERPRET"] = "0"
-    os.environ["SAMU_TUNE_FAST_LAUNCH"] = "0"
-    try:
+    with environment(TRITON_INTERPRET="0", SAMU_TUNE_FAST_LAUNCH="0"):
         yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @contextlib.contextmanager

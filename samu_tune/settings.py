@@ -6,6 +6,7 @@ that change the environment call :func:`reload_settings`.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Literal, Optional
@@ -96,3 +97,20 @@ def reload_settings() -> Settings:
     """Forget the cached settings and read the environment again (tests, notebooks)."""
     _SETTINGS.clear()
     return settings()
+
+
+@contextlib.contextmanager
+def environment(**values: str):
+    """Set the environment variables ``values`` inside the block and put back what was there
+    (unset where it was unset) after it; the settings are not re-read (callers that need them
+    call :func:`reload_settings`)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

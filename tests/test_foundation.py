@@ -219,3 +219,16 @@ def test_cli_help_runs():
     res = subprocess.run([sys.executable, "-m", "samu_tune.cli", "--help"], capture_output=True,
                          text=True)
     assert res.returncode == 0 and "samu-tune" in res.stdout
+
+
+def test_environment_block_puts_back_what_was_there(monkeypatch):
+    import os
+    from samu_tune.settings import environment
+    monkeypatch.setenv("SAMU_TUNE_MODE", "off")
+    monkeypatch.delenv("SAMU_TUNE_VERBOSE", raising=False)
+    with pytest.raises(RuntimeError):
+        with environment(SAMU_TUNE_MODE="cached", SAMU_TUNE_VERBOSE="1"):
+            assert (os.environ["SAMU_TUNE_MODE"], os.environ["SAMU_TUNE_VERBOSE"]) == (
+                "cached", "1")
+            raise RuntimeError
+    assert os.environ["SAMU_TUNE_MODE"] == "off" and "SAMU_TUNE_VERBOSE" not in os.environ

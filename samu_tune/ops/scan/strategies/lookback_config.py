@@ -178,10 +178,10 @@ def default(problem: ScanProblem) -> LookbackConfig:
     and one above; else 128 modes two rows per step, or, from ``_WIDE_DEFAULT_CHUNKS`` chunks
     on, one row with a look-back width of 8 (decoupled).  Up to M = 512, 256 modes only where
     128-mode tiles would cover no fewer (M = 300: three tiles of 128, 384 modes, not two of
-    256, 512; above 512 not measured), and unstaged where M is not a multiple of 8 (rows not loaded as 16-byte vectors, which the
-    pipeline stages: at (3, 5000, 300) on the H200, 128 modes two rows unstaged ran 1.09x /
-    1.00x the exhaustive best forward / train, the staged 256-mode config 1.33x / 1.44x).  Shorter L: 32-step
-    loop chunks of up to 512 modes (unstaged: a 32-step walk is mostly pipeline prologue).
+    256, 512; above 512 not measured), and unstaged where M is not a multiple of 8 (rows not
+    loaded as 16-byte vectors, which the pipeline stages: at (3, 5000, 300) on the H200, 128
+    modes two rows unstaged ran 1.09x / 1.00x the exhaustive best forward / train, the
+    staged 256-mode config 1.33x / 1.44x).  Shorter L: 32-step loop chunks of up to 512 modes (unstaged: a 32-step walk is mostly pipeline prologue).
     Narrower M: the tile scan, 128-step chunks of 32 modes at 4 warps, shrunk to fit small
     problems.  Under deterministic mode chained, with a window of 8 chunks when there are
     more."""
