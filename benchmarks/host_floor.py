@@ -3,14 +3,20 @@
 Host time per call (behind a GPU busy-wait, as bench_host measures it) of the pieces a
 samu_tune call is made of, on the machine that runs the GPU:
 
-- the floors: an empty Python call; one ``torch.empty`` of [4, 4096, 512] bf16; a 16-element
-  torch add (one ATen kernel launch, what a C++ operator's launch costs); a Triton kernel of
-  34 arguments (28 tensors, 6 ints: the look-back kernel's count) launched through
-  ``kernel[grid](...)`` and through samu_tune's direct launch (:mod:`samu_tune.launcher`);
+- the floors: an empty Python call; one ``torch.empty`` of [4, 4096, 512] bf16; a
+  ``torch.zeros`` of 1024 int32 (an allocation and a fill launch: a look-back head); an
+  ``as_strided`` view; a 16-element torch add (one ATen kernel launch, what a C++ operator's
+  launch costs); an autograd Function of the scan's arity (10 inputs, 4 outputs, 10 saved,
+  nothing computed) forward and forward+backward: autograd's own cost, device thread
+  included; a Triton kernel of 34 arguments (28 tensors, 6 ints: the look-back kernel's
+  count) launched through ``kernel[grid](...)`` and through samu_tune's direct launch
+  (:mod:`samu_tune.launcher`);
 - the scan forward and forward+backward, the fused layer forward+backward and the decode step,
   each twice: as is, and with every Triton launch stubbed out (the Python, the torch
   allocations and fills and the autograd bookkeeping remain; the outputs are garbage).  The
-  difference is what the launches themselves cost the host.
+  difference is what the launches themselves cost the host.  Each also counts the ATen
+  operators one stubbed call dispatches (``ops``: allocations, views, fills, autograd's
+  detaches), so that ops x their floor accounts for a share of the stubbed time.
 """
 from __future__ import annotations
 
@@ -74,17 +80,72 @@ def launch_counts() -> list[dict]:
     return sorted(rows, key=lambda r: r["kernel"])
 
 
+class _Arity(torch.autograd.Function):
+    """Nothing computed, the scan's interface: 10 inputs, 4 outputs [n], 10 tensors saved,
+    6 gradients returned (the floor of a Python autograd Function for the scan)."""
+
+    @staticmethod
+    def forward(ctx, a, b, c, d, e, f, g, h, i, j):
+        ctx.save_for_backward(a, b, c, d, e, f, g, h, i, j)
+        return torch.empty_like(a), torch.empty_like(a), torch.empty_like(a), torch.empty_like(a)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ctx.saved_tensors
+        return (*grads[:2], *grads[:2], *grads[:2], None, None, None, None)
+
+
+def _arity_calls(device: torch.device) -> tuple[Callable, Callable]:
+    """(forward, forward+backward) of :class:`_Arity` on [8] tensors."""
+    leaves = [torch.zeros(8, device=device, requires_grad=True) for _ in range(6)]
+    rest = [torch.zeros(8, device=device) for _ in range(4)]
+    ones = [torch.ones(8, device=device)] * 2
+
+    def forward():
+        with torch.no_grad():
+            return _Arity.apply(*leaves, *rest)
+
+    def forward_backward():
+        for t in leaves:
+            t.grad = None
+        out = _Arity.apply(*leaves, *rest)
+        torch.autograd.backward(out[:2], ones)
+    return forward, forward_backward
+
+
+def op_count(call: Callable) -> int:
+    """ATen operators one call of ``call`` dispatches (the call run once more, counted)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        call()
+    return Count.n
+
+
 def floor_calls(device: torch.device, shape=PROBE_SHAPE) -> dict[str, Callable]:
     """The floor cases: name -> zero-argument call."""
     from samu_tune import launcher
     tensors = [torch.empty(64, device=device) for _ in range(28)]
     ints = (3, 5, 7, 9, 11, 13)
     small = torch.ones(16, device=device)
+    arity_fwd, arity_train = _arity_calls(device)
     calls = {
         "Python call (empty)": lambda: None,
         f"torch.empty {list(shape)} bf16": lambda: torch.empty(shape, device=device,
                                                                dtype=torch.bfloat16),
+        "torch.zeros 1024 int32 (allocation + fill)": lambda: torch.zeros(
+            1024, dtype=torch.int32, device=device),
+        "as_strided view [4, 4]": lambda: small.as_strided((4, 4), (4, 1), 0),
         "torch add, 16 elements (one ATen launch)": lambda: small + small,
+        "autograd Function, scan arity, forward (no grad)": arity_fwd,
+        "autograd Function, scan arity, forward+backward": arity_train,
         "Triton launch, 34 arguments, kernel[grid]": lambda: _probe[(1,)](*tensors, *ints, X=1),
     }
     fast = launcher.fast(_probe) if hasattr(launcher, "fast") else None
@@ -129,6 +190,8 @@ def run_floor(plan, clock, device: torch.device, out: dict, save: Callable) -> N
         row = {"case": name, "full": guarded(name, lambda: host(call, m))}
         with launches_stubbed():
             row["stubbed"] = guarded(name + " (stubbed)", lambda: host(call, m))
+            if "error" not in row["stubbed"]:
+                row["ops"] = op_count(call)
         rows.append(row)
         _report(name, row["full"], row["stubbed"])
         save()
@@ -153,11 +216,12 @@ def floor_markdown(rows: list[dict], fmt: Callable) -> list[str]:
              "a no-op (Python, torch allocations and fills, autograd remain).", "",
              "| case | host us/call |", "|---|---|"]
     lines += [f"| {r['case']} | {fmt(us(r))} |" for r in rows if "full" not in r]
-    lines += ["", "| call | host us/call | launches stubbed | the launches |",
-              "|---|---|---|---|"]
+    lines += ["", "| call | host us/call | launches stubbed | the launches | ATen ops "
+              "(stubbed) |", "|---|---|---|---|---|"]
     for r in rows:
         if "full" in r:
             full, stub = us(r["full"]), us(r["stubbed"])
             diff = full - stub if full is not None and stub is not None else None
-            lines.append(f"| {r['case']} | {fmt(full)} | {fmt(stub)} | {fmt(diff)} |")
+            lines.append(f"| {r['case']} | {fmt(full)} | {fmt(stub)} | {fmt(diff)} | "
+                         f"{r.get('ops', '-')} |")
     return lines
