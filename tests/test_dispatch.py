@@ -122,6 +122,22 @@ def test_nearest_keys_keep_m_alignment_apart(fakes):
     assert dispatch.choose(aligned).source_key == "B2-L16-M8-f32-forward"
 
 
+def test_nearest_keys_keep_narrow_problems_apart(fakes):
+    """Few rows of modes over a long sequence (ScanProblem.narrow) and the others are served
+    from their own kind: the nearest entry across the boundary is passed over."""
+    narrow = ScanProblem(B=1, L=20000, M=256, dtype="float32", device="cpu", backward=False)
+    wide = narrow.model_copy(update={"B": 4})
+    assert narrow.narrow() and not wide.narrow()
+    assert (narrow.feature_key(), wide.feature_key()) == ("f32-forward-narrow", "f32-forward")
+    edge = ScanProblem(B=2, L=16320, M=256, dtype="float32", device="cpu")
+    assert not edge.narrow() and edge.model_copy(update={"L": 16321}).narrow()
+    assert not edge.model_copy(update={"L": 16321, "M": 264}).narrow()     # B M > 512
+    _put("B1-L16384-M256-f32-forward", "fake_b")     # narrow: the nearest to both
+    _put("B4-L2048-M512-f32-forward", "fake_c")      # farther, not narrow
+    assert dispatch.choose(narrow).source_key == "B1-L16384-M256-f32-forward"
+    assert dispatch.choose(wide).source_key == "B4-L2048-M512-f32-forward"
+
+
 def test_a_cached_config_invalid_here_falls_through(fakes):
     small_m = ScanProblem(B=2, L=16, M=2, dtype="float32", device="cpu", backward=False)
     _put(small_m.key(), "grid", {"a": 3, "b": 0})     # a=3 is not valid for M=2

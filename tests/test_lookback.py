@@ -367,17 +367,22 @@ def test_config_space_is_pruned_and_default_is_valid():
     assert not lb.valid(_problem(1, 32, 8), SMALL.model_copy(update={"lookback_width": 8}))
     assert not lb.valid(_problem(8, 8192, 1024), LookbackConfig(    # 4 lanes x 8: spills
         chunk=32, block_m=512, num_warps=4, inner="loop", lookback_width=8))
-    # the staged 64-step loop walk of 256 modes: two rows per step up to M = 512, then one;
-    # of 128 modes: two rows, or one row with a look-back width of 8 from 1024 chunks on;
-    # 128 modes where their tiles cover fewer (300, 384); unstaged where M % 8 != 0
+    # the staged 64-step loop walk of 256 modes, two rows per step; of 128 modes: two rows,
+    # or one row with a look-back width of 8 from 256 chunks on where B M <= 512 (from M = 96
+    # on: the tile scan below it and at M < 128 otherwise); 128 modes where their tiles cover
+    # fewer (300, 384); unstaged where M % 8 != 0
     defaults = [lb.default(_problem(B, L, M))
                 for B, L, M in ((1, 16384, 256), (4, 4096, 512), (3, 5000, 300),
                                 (8, 8192, 1024), (2, 65536, 128), (4, 65472, 200),
                                 (4, 128, 200), (2, 4096, 384), (12, 3000, 700),
-                                (1, 2048, 1000))]
+                                (1, 2048, 1000), (2, 20000, 96), (4, 16384, 256),
+                                (2, 16320, 256))]
     assert [(c.block_m, c.rows, c.lookback_width, c.stages) for c in defaults] == [
-        (256, 2, 1, 6), (256, 2, 1, 6), (128, 2, 1, 1), (256, 1, 1, 6), (128, 1, 8, 6),
-        (128, 2, 1, 6), (128, 2, 1, 6), (128, 2, 1, 6), (256, 1, 1, 1), (256, 1, 1, 6)]
+        (128, 1, 8, 6), (256, 2, 1, 6), (128, 2, 1, 1), (256, 2, 1, 6), (128, 1, 8, 6),
+        (128, 2, 1, 6), (128, 2, 1, 6), (128, 2, 1, 6), (256, 2, 1, 1), (256, 2, 1, 6),
+        (128, 1, 8, 6), (256, 2, 1, 6), (256, 2, 1, 6)]
+    assert lb.default(_problem(32, 512, 96)).inner == "tile"     # B M > 512: the tile scan
+    assert lb.default(_problem(1, 16384, 64)).inner == "tile"    # M < 96
     det = lb.default(_problem(2, 65536, 128, deterministic=True))
     assert (det.rows, det.lookback_width, det.lookback) == (2, 1, "chained")
     assert lb.default(_problem(1, 20, 8, deterministic=True)).lookback == "chained"

@@ -53,15 +53,29 @@ class ScanProblem(BaseModel):
                 parts.append(label)
         return "-".join(parts)
 
+    # few rows of modes over a long sequence (:meth:`narrow`)
+    NARROW_MODES: ClassVar[int] = 512
+    NARROW_MIN_L: ClassVar[int] = 255 * 64 + 1        # 256 chunks of 64 steps
+
+    def narrow(self) -> bool:
+        """Few rows of modes (B M <= 512) over a long sequence (L > 16320: 256 or more 64-step
+        chunks): few programs per chunk, each waiting on a long chain of predecessors, where
+        the look-back's fastest configs differ (128 modes, one row per step, a look-back width
+        of 8: 1.09-1.67x faster than the others' choice at five such shapes on an H100 and the
+        H200; at (4, 16384, 256), B M = 1024, the nearest tuned entry of this kind, (1, 16384,
+        256), ran 1.12x / 1.21x the exhaustive best forward / train on the H200)."""
+        return self.B * self.M <= self.NARROW_MODES and self.L >= self.NARROW_MIN_L
+
     def feature_key(self) -> str:
-        """The key without B, L and M, marked ``-unaligned`` where M is not a multiple of 8:
-        problems that may share a nearest-neighbour choice.  The look-back kernels load rows
-        as vectors of 8 elements, which their software pipeline stages, only where M is a
-        multiple of 8, so a config tuned at such an M does not carry over to another (at
-        (3, 5000, 300), bf16, on the H200 the nearest tuned config, staged, ran 1.30x /
-        1.43x the best forward / train)."""
+        """The key without B, L and M, marked ``-unaligned`` where M is not a multiple of 8
+        and ``-narrow`` for :meth:`narrow` problems: problems that may share a
+        nearest-neighbour choice.  The look-back kernels load rows as vectors of 8 elements,
+        which their software pipeline stages, only where M is a multiple of 8, so a config
+        tuned at such an M does not carry over to another (at (3, 5000, 300), bf16, on the
+        H200 the nearest tuned config, staged, ran 1.30x / 1.43x the best forward / train)."""
         rest = self.key().split("-", 3)[3]
-        return rest if self.M % 8 == 0 else rest + "-unaligned"
+        return (rest + ("" if self.M % 8 == 0 else "-unaligned")
+                + ("-narrow" if self.narrow() else ""))
 
     def coords(self) -> tuple[float, float]:
         """(log(B*M), log(L)): the nearest-key search's space."""
