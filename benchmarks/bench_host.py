@@ -749,7 +749,9 @@ def markdown(data: dict) -> str:
         lines += [f"- {tuple(shape)} {kind}: " + "; ".join(str(x) for x in rs)
                   for shape, kind, rs in reasons]
     from benchmarks.host_floor import floor_markdown
+    from benchmarks.host_sections import sections_markdown
     lines += floor_markdown(data.get("floor", []), fmt)
+    lines += sections_markdown(data.get("floor_sections", []), fmt)
     if errors:
         lines += ["", "Errors:", ""] + [f"- {e}" for e in dict.fromkeys(errors)]
     return "\n".join(lines) + "\n"

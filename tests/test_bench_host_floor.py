@@ -3,7 +3,9 @@ import pytest
 import torch
 
 from benchmarks.bench_host import CpuClock, Plan, fmt
+import samu_tune
 from benchmarks.host_floor import floor_markdown, launches_stubbed, run_floor
+from benchmarks.host_sections import sections_markdown
 from samu_tune import launcher
 from triton.runtime.jit import JITFunction
 
@@ -37,6 +39,26 @@ def test_floor_rows_and_table():
         assert r["ops"] >= (0 if r["case"].startswith("decode") else 2), r
     table = "\n".join(floor_markdown(rows, fmt))
     assert "| scan forward (1, 32, 16) |" in table and "the launches" in table
+    # the scan calls by section: the outermost and the strategy's node timed, once per call
+    sections = {r["case"]: r for r in out["floor_sections"]}
+    assert set(sections) == {"scan forward (1, 32, 16)", "scan forward+backward (1, 32, 16)"}
+    train = sections["scan forward+backward (1, 32, 16)"]["sections"]
+    assert train["samu_tune.scan"]["calls"] == 1.0
+    assert train["lookback._LookbackScan.backward"]["calls"] == 1.0
+    assert train["autograd.backward"]["us"] >= train["lookback._LookbackScan.backward"]["us"]
+    assert "_LookbackScan.backward" not in sections["scan forward (1, 32, 16)"]["sections"]
+    text = "\n".join(sections_markdown(out["floor_sections"], fmt))
+    assert "| samu_tune.scan |" in text
+
+
+def test_timers_are_removed_after_the_block():
+    from benchmarks.host_sections import timed
+    from samu_tune.ops.scan.strategies import lookback as lb
+    before = (samu_tune.scan, lb._LookbackScan.__dict__["forward"], lb._launch)
+    with timed():
+        assert samu_tune.scan is not before[0]
+        assert isinstance(lb._LookbackScan.__dict__["forward"], staticmethod)
+    assert (samu_tune.scan, lb._LookbackScan.__dict__["forward"], lb._launch) == before
 
 
 def test_launch_counts_name_each_launched_kernel():
