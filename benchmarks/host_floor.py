@@ -17,7 +17,7 @@ samu_tune call is made of, on the machine that runs the GPU:
   difference is what the launches themselves cost the host.  Each also counts the ATen
   operators one stubbed call dispatches (``ops``: allocations, views, fills, autograd's
   detaches), so that ops x their floor accounts for a share of the stubbed time;
-- the scan calls stubbed once more, their host time by function
+- the scan calls once more, as is and stubbed, their host time by function
   (:mod:`benchmarks.host_sections`).
 """
 from __future__ import annotations
@@ -197,16 +197,20 @@ def run_floor(plan, clock, device: torch.device, out: dict, save: Callable) -> N
         rows.append(row)
         _report(name, row["full"], row["stubbed"])
         save()
-    # the scan calls again, stubbed, their time by function (benchmarks/host_sections.py)
+    # the scan calls again, their time by function, as is and stubbed
+    # (benchmarks/host_sections.py)
     from benchmarks.host_sections import section_times
     sections = out.setdefault("floor_sections", [])
     for name, call in stub_pairs(device, shape).items():
-        if name.startswith("scan"):
-            with launches_stubbed():
-                row = {"case": name, **guarded(name, lambda: section_times(
+        if not name.startswith("scan"):
+            continue
+        for stubbed in (False, True):
+            case = name + (" (stubbed)" if stubbed else "")
+            with launches_stubbed() if stubbed else contextlib.nullcontext():
+                row = {"case": case, **guarded(case, lambda: section_times(
                     call, 2 if plan.smoke else 100, clock))}
             sections.append(row)
-            print(f"[floor] {name} by section: " + ", ".join(
+            print(f"[floor] {case} by section: " + ", ".join(
                 f"{k} {v['us']:.1f}" for k, v in row.get("sections", {}).items()), flush=True)
             save()
 

@@ -1,8 +1,9 @@
 """Where a scan call's host time goes, by function: part of ``benchmarks/host_floor.py``.
 
-The scan's forward and forward+backward (launches stubbed, :func:`~benchmarks.host_floor.
-launches_stubbed`) with each function of :data:`SECTIONS` wrapped by a ``perf_counter`` timer,
-queued behind a GPU busy-wait as bench_host measures host time.  Each section's time is
+The scan's forward and forward+backward (as they run, and with launches stubbed:
+:func:`~benchmarks.host_floor.launches_stubbed`) with each function of :data:`SECTIONS`
+wrapped by a ``perf_counter`` timer, queued behind a GPU busy-wait as bench_host measures
+host time.  Each section's time is
 inclusive (a section called from another counts in both) and includes its timer's own cost
 (two ``perf_counter`` calls, well under a microsecond); the call's host time with the timers
 is reported beside it.  ``torch.autograd.backward`` is the engine's whole backward, the
@@ -94,9 +95,8 @@ def sections_markdown(rows: list[dict], fmt: Callable) -> list[str]:
         if "error" in r:
             lines += ["", f"{r['case']}: {r['error'][:200]}"]
             continue
-        lines += ["", f"**{r['case']}**, launches stubbed: {fmt(r['host_us'])} us per call "
-                  "with the timers", "", "| section (inclusive) | host us/call | calls |",
-                  "|---|---|---|"]
+        lines += ["", f"**{r['case']}**: {fmt(r['host_us'])} us per call with the timers", "",
+                  "| section (inclusive) | host us/call | calls |", "|---|---|---|"]
         for name, s in sorted(r["sections"].items(), key=lambda kv: -kv[1]["us"]):
             lines.append(f"| {name} | {fmt(s['us'])} | {s['calls']:.1f} |")
     return lines
