@@ -40,6 +40,9 @@ composes (P, Q) <- (A P, A Q + u) row by row, the replay runs h = A h + u from t
 (reverse: the adjoint and its gradients), re-reading the chunk's inputs and recomputing A.
 The re-read is served by L2 only while the chunks in flight fit it: at (8, 8192, 1024) on the
 H200 they do not, and the forward reads its inputs twice from DRAM (docs/performance.md).
+Reading a chunk once and keeping its rows in registers from the summary to the replay (16-
+or 32-row chunks unrolled, 163-255 registers a thread) ran slower there on an H100: 0.38-0.43
+ms forward against 0.295 ms for the loop walk's 64-row chunks.
 A row's controls (e^eta, cos delta, sin delta, resets applied) come from a per-token table
 (:mod:`samu_tune.kernels.controls`) that the forward writes for its own chunk first
 (MAKE_TABLE; the SAMU controller writes it for the fused layer) and the backward reads again:
