@@ -73,9 +73,36 @@ def timed(sections=SECTIONS):
             setattr(owner, name, raw)
 
 
+def timer_cost_us(n: int = 2000) -> float:
+    """What one timer adds to a call, in us: a timed no-op against the plain one (best of
+    three rounds of ``n``)."""
+    def best(fn) -> float:
+        rounds = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            rounds.append((time.perf_counter() - t0) / n)
+        return min(rounds)
+
+    plain = best(_Probe.fn)
+    with timed(((__name__, "_Probe.fn"),)):
+        wrapped = best(_Probe.fn)
+    return max(0.0, (wrapped - plain) * 1e6)
+
+
+class _Probe:
+    """The no-op :func:`timer_cost_us` wraps."""
+
+    @staticmethod
+    def fn():
+        return None
+
+
 def section_times(call: Callable, n: int, clock, warmup: int = 3) -> dict:
-    """Host us per call of each section over ``n`` calls behind the clock's busy-wait, and
-    the call's host time with the timers (``host_us``)."""
+    """Host us per call of each section over ``n`` calls behind the clock's busy-wait, the
+    call's host time with the timers (``host_us``) and what one timer adds (``timer_us``:
+    a section's time includes that of each timer nested in it)."""
     for _ in range(warmup):
         call()
     with timed() as acc:
@@ -85,7 +112,7 @@ def section_times(call: Callable, n: int, clock, warmup: int = 3) -> dict:
             slot[:] = [0.0, 0]
         host = clock.behind_sleep(call, n, wall["wall_ms"])
         rows = {name: {"us": s * 1e6 / n, "calls": c / n} for name, (s, c) in acc.items() if c}
-    return {"host_us": host["host_ms"] * 1e3, "sections": rows}
+    return {"host_us": host["host_ms"] * 1e3, "timer_us": timer_cost_us(), "sections": rows}
 
 
 def sections_markdown(rows: list[dict], fmt: Callable) -> list[str]:
@@ -95,7 +122,8 @@ def sections_markdown(rows: list[dict], fmt: Callable) -> list[str]:
         if "error" in r:
             lines += ["", f"{r['case']}: {r['error'][:200]}"]
             continue
-        lines += ["", f"**{r['case']}**: {fmt(r['host_us'])} us per call with the timers", "",
+        lines += ["", f"**{r['case']}**: {fmt(r['host_us'])} us per call with the timers "
+                  f"(one timer adds {fmt(r.get('timer_us'))} us)", "",
                   "| section (inclusive) | host us/call | calls |", "|---|---|---|"]
         for name, s in sorted(r["sections"].items(), key=lambda kv: -kv[1]["us"]):
             lines.append(f"| {name} | {fmt(s['us'])} | {s['calls']:.1f} |")

@@ -52,6 +52,7 @@ def test_floor_rows_and_table():
     # the real launches run inside _launch (the interpreter's: far slower than stubbed)
     real = sections["scan forward+backward (1, 32, 16)"]["sections"]
     assert real["lookback._launch"]["us"] > train["lookback._launch"]["us"]
+    assert all(r["timer_us"] >= 0 for r in sections.values())
     text = "\n".join(sections_markdown(out["floor_sections"], fmt))
     assert "| samu_tune.scan |" in text
 
@@ -64,6 +65,14 @@ def test_timers_are_removed_after_the_block():
         assert samu_tune.scan is not before[0]
         assert isinstance(lb._LookbackScan.__dict__["forward"], staticmethod)
     assert (samu_tune.scan, lb._LookbackScan.__dict__["forward"], lb._launch) == before
+
+
+def test_timer_cost_is_measured_and_the_probe_restored():
+    from benchmarks import host_sections
+    before = host_sections._Probe.__dict__["fn"]
+    cost = host_sections.timer_cost_us(200)
+    assert 0.0 <= cost < 1000.0
+    assert host_sections._Probe.__dict__["fn"] is before
 
 
 def test_launch_counts_name_each_launched_kernel():
