@@ -199,13 +199,14 @@ def run_floor(plan, clock, device: torch.device, out: dict, save: Callable) -> N
         save()
     # the scan calls again, their time by function, as is and stubbed
     # (benchmarks/host_sections.py)
+    from benchmarks.bench_host import scan_call, scan_inputs
     from benchmarks.host_sections import section_times
     sections = out.setdefault("floor_sections", [])
-    for name, call in stub_pairs(device, shape).items():
-        if not name.startswith("scan"):
-            continue
+    inputs = scan_inputs(shape, device)
+    for what, train in (("forward", False), ("forward+backward", True)):
+        call = scan_call(inputs, train)
         for stubbed in (False, True):
-            case = name + (" (stubbed)" if stubbed else "")
+            case = f"scan {what} {shape}" + (" (stubbed)" if stubbed else "")
             with launches_stubbed() if stubbed else contextlib.nullcontext():
                 row = {"case": case, **guarded(case, lambda: section_times(
                     call, 2 if plan.smoke else 100, clock))}

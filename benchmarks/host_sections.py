@@ -3,11 +3,13 @@
 The scan's forward and forward+backward (as they run, and with launches stubbed:
 :func:`~benchmarks.host_floor.launches_stubbed`) with each function of :data:`SECTIONS`
 wrapped by a ``perf_counter`` timer, queued behind a GPU busy-wait as bench_host measures
-host time.  Each section's time is
-inclusive (a section called from another counts in both) and includes its timer's own cost
-(two ``perf_counter`` calls, well under a microsecond); the call's host time with the timers
-is reported beside it.  ``torch.autograd.backward`` is the engine's whole backward, the
-strategy's backward node (``_LookbackScan.backward``) inside it.
+host time.  Each section's time is inclusive (a section called from another counts in both)
+and includes the cost of its own timer and of those nested in it; the call's host time
+without and with the timers is reported beside it, and their difference per timed call
+(``timer_us``: 0.4 us on the development CPU, about 5.6 us on an H100 host,
+docs/performance.md).
+``torch.autograd.backward`` is the engine's whole backward, the strategy's backward node
+(``_LookbackScan.backward``) inside it.
 """
 from __future__ import annotations
 
@@ -62,57 +64,49 @@ def timed(sections=SECTIONS):
             owner = importlib.import_module(module)
             for part in owners:
                 owner = getattr(owner, part)
-            raw = owner.__dict__.get(name, getattr(owner, name))
-            saved.append((owner, name, raw))
+            own = name in vars(owner)
+            raw = vars(owner)[name] if own else getattr(owner, name)
+            saved.append((owner, name, raw, own))
             kind = type(raw) if isinstance(raw, (staticmethod, classmethod)) else None
-            new = wrap(f"{module.split('.')[-1]}.{path}", raw.__func__ if kind else raw)
+            label = (f"{module.split('.')[-1]}.{path}" if module.startswith("samu_tune")
+                     else f"{module}.{path}")
+            new = wrap(label, raw.__func__ if kind else raw)
             setattr(owner, name, kind(new) if kind else new)
         yield acc
     finally:
-        for owner, name, raw in reversed(saved):
-            setattr(owner, name, raw)
-
-
-def timer_cost_us(n: int = 2000) -> float:
-    """What one timer adds to a call, in us: a timed no-op against the plain one (best of
-    three rounds of ``n``)."""
-    def best(fn) -> float:
-        rounds = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            rounds.append((time.perf_counter() - t0) / n)
-        return min(rounds)
-
-    plain = best(_Probe.fn)
-    with timed(((__name__, "_Probe.fn"),)):
-        wrapped = best(_Probe.fn)
-    return max(0.0, (wrapped - plain) * 1e6)
-
-
-class _Probe:
-    """The no-op :func:`timer_cost_us` wraps."""
-
-    @staticmethod
-    def fn():
-        return None
+        for owner, name, raw, own in reversed(saved):
+            if own:
+                setattr(owner, name, raw)
+            else:                    # inherited: the wrapper goes, the base's shows again
+                delattr(owner, name)
 
 
 def section_times(call: Callable, n: int, clock, warmup: int = 3) -> dict:
-    """Host us per call of each section over ``n`` calls behind the clock's busy-wait, the
-    call's host time with the timers (``host_us``) and what one timer adds (``timer_us``:
-    a section's time includes that of each timer nested in it)."""
+    """Host us per call of each section over ``n`` calls behind the clock's busy-wait; the
+    call's host time without the timers (``plain_us``) and with them (``host_us``), and what
+    one timer added (``timer_us``: their difference over the timed calls per call)."""
     for _ in range(warmup):
         call()
+    clock.sync()
+    wall = clock.wall(call, n, 1)
+    plain = clock.behind_sleep(call, n, wall["wall_ms"])
+    calls = [0]
+
+    def counted():
+        calls[0] += 1
+        return call()
+
     with timed() as acc:
-        clock.sync()
-        wall = clock.wall(call, n, 1)
-        for slot in acc.values():
-            slot[:] = [0.0, 0]
-        host = clock.behind_sleep(call, n, wall["wall_ms"])
-        rows = {name: {"us": s * 1e6 / n, "calls": c / n} for name, (s, c) in acc.items() if c}
-    return {"host_us": host["host_ms"] * 1e3, "timer_us": timer_cost_us(), "sections": rows}
+        host = clock.behind_sleep(counted, n, wall["wall_ms"])
+        # every try of the measurement ran calls: per call over all of them
+        done = max(calls[0], 1)
+        rows = {name: {"us": s * 1e6 / done, "calls": c / done}
+                for name, (s, c) in acc.items() if c}
+    timed_calls = sum(r["calls"] for r in rows.values())
+    host_us, plain_us = host["host_ms"] * 1e3, plain["host_ms"] * 1e3
+    return {"host_us": host_us, "plain_us": plain_us,
+            "timer_us": (host_us - plain_us) / timed_calls if timed_calls else None,
+            "sections": rows}
 
 
 def sections_markdown(rows: list[dict], fmt: Callable) -> list[str]:
@@ -122,8 +116,9 @@ def sections_markdown(rows: list[dict], fmt: Callable) -> list[str]:
         if "error" in r:
             lines += ["", f"{r['case']}: {r['error'][:200]}"]
             continue
-        lines += ["", f"**{r['case']}**: {fmt(r['host_us'])} us per call with the timers "
-                  f"(one timer adds {fmt(r.get('timer_us'))} us)", "",
+        lines += ["", f"**{r['case']}**: {fmt(r.get('plain_us'))} us per call, "
+                  f"{fmt(r['host_us'])} with the timers (one timer: {fmt(r.get('timer_us'))} us)",
+                  "",
                   "| section (inclusive) | host us/call | calls |", "|---|---|---|"]
         for name, s in sorted(r["sections"].items(), key=lambda kv: -kv[1]["us"]):
             lines.append(f"| {name} | {fmt(s['us'])} | {s['calls']:.1f} |")

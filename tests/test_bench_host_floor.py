@@ -36,7 +36,8 @@ def test_floor_rows_and_table():
         # the interpreter runs every kernel on the CPU: its launches dominate a call
         assert r["stubbed"]["host_ms"] < r["full"]["host_ms"], r
         # the outputs' allocations at least (the decode step writes into its loop's buffers)
-        assert r["ops"] >= (0 if r["case"].startswith("decode") else 2), r
+        if not r["case"].startswith("decode"):
+            assert r["ops"] >= 2, r
     table = "\n".join(floor_markdown(rows, fmt))
     assert "| scan forward (1, 32, 16) |" in table and "the launches" in table
     # the scan calls by section: the outermost and the strategy's node timed, once per call
@@ -47,12 +48,13 @@ def test_floor_rows_and_table():
     train = sections["scan forward+backward (1, 32, 16) (stubbed)"]["sections"]
     assert train["samu_tune.scan"]["calls"] == 1.0
     assert train["lookback._LookbackScan.backward"]["calls"] == 1.0
-    assert train["autograd.backward"]["us"] >= train["lookback._LookbackScan.backward"]["us"]
+    backward = train["torch.autograd.backward"]
+    assert backward["us"] >= train["lookback._LookbackScan.backward"]["us"]
     assert "lookback._LookbackScan.backward" not in sections["scan forward (1, 32, 16)"]["sections"]
     # the real launches run inside _launch (the interpreter's: far slower than stubbed)
     real = sections["scan forward+backward (1, 32, 16)"]["sections"]
     assert real["lookback._launch"]["us"] > train["lookback._launch"]["us"]
-    assert all(r["timer_us"] >= 0 for r in sections.values())
+    assert all(r["plain_us"] > 0 and r["timer_us"] is not None for r in sections.values())
     text = "\n".join(sections_markdown(out["floor_sections"], fmt))
     assert "| samu_tune.scan |" in text
 
@@ -67,23 +69,51 @@ def test_timers_are_removed_after_the_block():
     assert (samu_tune.scan, lb._LookbackScan.__dict__["forward"], lb._launch) == before
 
 
-def test_timer_cost_is_measured_and_the_probe_restored():
-    from benchmarks import host_sections
-    before = host_sections._Probe.__dict__["fn"]
-    cost = host_sections.timer_cost_us(200)
-    assert 0.0 <= cost < 1000.0
-    assert host_sections._Probe.__dict__["fn"] is before
+def test_timers_are_removed_after_an_error_and_inherited_methods_restored():
+    from benchmarks.host_sections import timed
+
+    class Base:
+        @classmethod
+        def who(cls):
+            return cls.__name__
+
+    class Child(Base):
+        pass
+
+    import sys
+    module = type(sys)("fake_sections_module")
+    module.Child = Child
+    sys.modules["fake_sections_module"] = module
+    try:
+        with pytest.raises(RuntimeError):
+            with timed((("fake_sections_module", "Child.who"),)) as acc:
+                assert Child.who() == "Child"          # a classmethod still bound to Child
+                raise RuntimeError
+        assert acc["fake_sections_module.Child.who"][1] == 1
+        assert "who" not in vars(Child) and Child.who() == "Child"
+    finally:
+        del sys.modules["fake_sections_module"]
 
 
-def test_launch_counts_name_each_launched_kernel():
-    """After a scan, the look-back kernel's wrapper reports its launches; under the
-    interpreter all of them go through kernel[grid], and the reason says why."""
-    import samu_tune
-    from benchmarks.host_floor import launch_counts
-    x = torch.randn(1, 16, 8)
-    samu_tune.scan(torch.randn(1, 16), torch.randn(1, 16), torch.randn(8), torch.randn(8), x,
-                   torch.randn_like(x), strategy="lookback")
-    rows = {r["kernel"]: r for r in launch_counts()}
-    row = rows["lookback_scan"]
-    assert row["direct"] == 0 and row["normal"] >= 1
-    assert row["reason"] == "TRITON_INTERPRET=1"
+class _Retrying:
+    """A clock whose measurement behind the busy-wait runs its calls twice (a retry)."""
+
+    def sync(self):
+        pass
+
+    def wall(self, call, n, rounds):
+        return {"wall_ms": 0.01}
+
+    def behind_sleep(self, call, n, estimate_ms):
+        for _ in range(2 * n):
+            call()
+        return {"host_ms": 0.01}
+
+
+def test_sections_count_every_call_of_a_retried_measurement():
+    from benchmarks.bench_host import scan_call, scan_inputs
+    from benchmarks.host_sections import section_times
+    call = scan_call(scan_inputs((1, 32, 16), torch.device("cpu")), False)
+    with launches_stubbed():
+        row = section_times(call, 3, _Retrying(), warmup=1)
+    assert row["sections"]["samu_tune.scan"]["calls"] == 1.0

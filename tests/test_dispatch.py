@@ -132,6 +132,8 @@ def test_nearest_keys_keep_narrow_problems_apart(fakes):
     edge = ScanProblem(B=2, L=16320, M=256, dtype="float32", device="cpu")
     assert not edge.narrow() and edge.model_copy(update={"L": 16321}).narrow()
     assert not edge.model_copy(update={"L": 16321, "M": 264}).narrow()     # B M > 512
+    assert not edge.model_copy(update={"L": 16321, "M": 95}).narrow()      # M < 96
+    assert edge.model_copy(update={"L": 16321, "M": 96}).narrow()
     _put("B1-L16384-M256-f32-forward", "fake_b")     # narrow: the nearest to both
     _put("B4-L2048-M512-f32-forward", "fake_c")      # farther, not narrow
     assert dispatch.choose(narrow).source_key == "B1-L16384-M256-f32-forward"

@@ -367,22 +367,27 @@ def test_config_space_is_pruned_and_default_is_valid():
     assert not lb.valid(_problem(1, 32, 8), SMALL.model_copy(update={"lookback_width": 8}))
     assert not lb.valid(_problem(8, 8192, 1024), LookbackConfig(    # 4 lanes x 8: spills
         chunk=32, block_m=512, num_warps=4, inner="loop", lookback_width=8))
-    # the staged 64-step loop walk of 256 modes, two rows per step; of 128 modes: two rows,
-    # or one row with a look-back width of 8 from 256 chunks on where B M <= 512 (from M = 96
-    # on: the tile scan below it and at M < 128 otherwise); 128 modes where their tiles cover
-    # fewer (300, 384); unstaged where M % 8 != 0
-    defaults = [lb.default(_problem(B, L, M))
-                for B, L, M in ((1, 16384, 256), (4, 4096, 512), (3, 5000, 300),
-                                (8, 8192, 1024), (2, 65536, 128), (4, 65472, 200),
-                                (4, 128, 200), (2, 4096, 384), (12, 3000, 700),
-                                (1, 2048, 1000), (2, 20000, 96), (4, 16384, 256),
-                                (2, 16320, 256))]
+    # the staged 64-step loop walk of 256 modes, two rows per step (one for aligned training
+    # above M = 512); of 128 modes: two rows, or, narrow (B M <= 512 over 256+ chunks, from
+    # M = 96), one row with a look-back width of 8 (the tile scan below M = 128 otherwise);
+    # 128 modes where their tiles cover fewer (300, 384); unstaged where M % 8 != 0
+    defaults = [lb.default(_problem(B, L, M, backward=bwd))
+                for B, L, M, bwd in ((1, 16384, 256, True), (4, 4096, 512, True),
+                                     (3, 5000, 300, True), (8, 8192, 1024, True),
+                                     (8, 8192, 1024, False), (2, 65536, 128, True),
+                                     (4, 65472, 200, True), (4, 128, 200, True),
+                                     (2, 4096, 384, True), (12, 3000, 700, True),
+                                     (1, 2048, 1000, True), (1, 2048, 1000, False),
+                                     (2, 20000, 96, True), (4, 16384, 256, True),
+                                     (2, 16320, 256, True))]
     assert [(c.block_m, c.rows, c.lookback_width, c.stages) for c in defaults] == [
-        (128, 1, 8, 6), (256, 2, 1, 6), (128, 2, 1, 1), (256, 2, 1, 6), (128, 1, 8, 6),
-        (128, 2, 1, 6), (128, 2, 1, 6), (128, 2, 1, 6), (256, 2, 1, 1), (256, 2, 1, 6),
-        (128, 1, 8, 6), (256, 2, 1, 6), (256, 2, 1, 6)]
-    assert lb.default(_problem(32, 512, 96)).inner == "tile"     # B M > 512: the tile scan
-    assert lb.default(_problem(1, 16384, 64)).inner == "tile"    # M < 96
+        (128, 1, 8, 6), (256, 2, 1, 6), (128, 2, 1, 1), (256, 1, 1, 6), (256, 2, 1, 6),
+        (128, 1, 8, 6), (128, 2, 1, 6), (128, 2, 1, 6), (128, 2, 1, 6), (256, 2, 1, 1),
+        (256, 1, 1, 6), (256, 2, 1, 6), (128, 1, 8, 6), (256, 2, 1, 6), (256, 2, 1, 6)]
+    assert lb.default(_problem(8, 20000, 96)).inner == "tile"     # B M = 768 > 512
+    assert lb.default(_problem(1, 20000, 64)).inner == "tile"     # M < 96: not narrow
+    narrow_det = lb.default(_problem(2, 20000, 96, deterministic=True))
+    assert narrow_det.inner == "tile" and narrow_det.lookback == "chained"
     det = lb.default(_problem(2, 65536, 128, deterministic=True))
     assert (det.rows, det.lookback_width, det.lookback) == (2, 1, "chained")
     assert lb.default(_problem(1, 20, 8, deterministic=True)).lookback == "chained"

@@ -56,15 +56,18 @@ class ScanProblem(BaseModel):
     # few rows of modes over a long sequence (:meth:`narrow`)
     NARROW_MODES: ClassVar[int] = 512
     NARROW_MIN_L: ClassVar[int] = 255 * 64 + 1        # 256 chunks of 64 steps
+    NARROW_MIN_M: ClassVar[int] = 96
 
     def narrow(self) -> bool:
-        """Few rows of modes (B M <= 512) over a long sequence (L > 16320: 256 or more 64-step
-        chunks): few programs per chunk, each waiting on a long chain of predecessors, where
-        the look-back's fastest configs differ (128 modes, one row per step, a look-back width
-        of 8: 1.09-1.67x faster than the others' choice at five such shapes on an H100 and the
-        H200; at (4, 16384, 256), B M = 1024, the nearest tuned entry of this kind, (1, 16384,
-        256), ran 1.12x / 1.21x the exhaustive best forward / train on the H200)."""
-        return self.B * self.M <= self.NARROW_MODES and self.L >= self.NARROW_MIN_L
+        """Few rows of modes (B M <= 512, M >= 96) over a long sequence (L > 16320: 256 or
+        more 64-step chunks): few programs per chunk, each waiting on a long chain of
+        predecessors, where the look-back's fastest configs differ (128 modes, one row per
+        step, a look-back width of 8: 1.09-1.67x faster than the others' choice at five such
+        shapes on an H100 and the H200; at (4, 16384, 256), B M = 1024, the nearest tuned
+        entry of this kind, (1, 16384, 256), ran 1.12x / 1.21x the exhaustive best forward /
+        train on the H200).  Below 96 modes the tile scan serves either kind."""
+        return (self.B * self.M <= self.NARROW_MODES and self.L >= self.NARROW_MIN_L
+                and self.M >= self.NARROW_MIN_M)
 
     def feature_key(self) -> str:
         """The key without B, L and M, marked ``-unaligned`` where M is not a multiple of 8

@@ -167,29 +167,32 @@ def default(problem: ScanProblem) -> LookbackConfig:
     L >= 64 the software-pipelined loop walk over 64-step chunks at 2 warps, 6 stages: 256
     modes (4 lanes per thread) where M >= 256 (20-25% faster than unstaged 32-step chunks at
     (8, 8192, 1024)), two rows per step (the tuned pick at every such grid shape up to M =
-    512 tuned on an H100 and in the H200 table, 3-16% faster than one row on the H100, and
-    the fastest timed on an H100 at (12, 3000, 700) and (1, 7000, 1000)); or, where the
-    problem has few rows of modes and long walks (``ScanProblem.narrow``, from M = 96 on), 128
-    modes one row per step with a look-back width of 8 (decoupled: the tuned pick at (1,
-    16384, 256) and (2, 65536, 128) in the H200 table, the fastest timed on an H100 at (2,
-    20000, 96), (2, 32768, 128) and (1, 100000, 96), 1.09-1.67x faster than the two-row walk
-    or the tile scan; at 16-110 chunks, or B M >= 800, width 1 won).  Up to M = 512, 256
-    modes only where 128-mode tiles would cover no fewer (M = 300: three tiles of 128, 384
-    modes, not two of 256, 512; above 512 not measured), and unstaged where M is not a
-    multiple of 8 (rows not loaded as 16-byte vectors, which the pipeline stages: at (3, 5000,
-    300) on the H200, 128 modes two rows unstaged ran 1.09x / 1.00x the exhaustive best
-    forward / train, the staged 256-mode config 1.33x / 1.44x).  Shorter L: 32-step loop
-    chunks of up to 512 modes (unstaged: a 32-step walk is mostly pipeline prologue).
+    512 tuned on an H100 and in the H200 table, 3-16% faster than one row on the H100; above
+    M = 512 the fastest timed forward at (12, 3000, 700) and (1, 7000, 1000) on an H100 and the
+    H200, and train where M is not a multiple of 8, while the H200 table's train picks at M =
+    1024 walk one row, so aligned training above 512 takes one); or, for narrow problems
+    (``ScanProblem.narrow``: from M = 96, decoupled), 128 modes one row per step with a
+    look-back width of 8 (the tuned pick at (1, 16384, 256) and (2, 65536, 128) in the H200
+    table, the fastest timed on an H100 at (2, 20000, 96), (2, 32768, 128) and (1, 100000,
+    96), 1.09-1.67x faster than the two-row walk or the tile scan; at 16-110 chunks, or B M
+    >= 800, width 1 won).  Up to M = 512, 256 modes only where 128-mode tiles would cover no
+    fewer (M = 300: three tiles of 128, 384 modes, not two of 256, 512), and unstaged where M
+    is not a multiple of 8 (rows not loaded as 16-byte vectors, which the pipeline stages: at
+    (3, 5000, 300) on the H200, 128 modes two rows unstaged ran 1.09x / 1.00x the exhaustive
+    best forward / train, the staged 256-mode config 1.33x / 1.44x).  Shorter L: 32-step
+    loop chunks of up to 512 modes (unstaged: a 32-step walk is mostly pipeline prologue).
     Narrower M: the tile scan, 128-step chunks of 32 modes at 4 warps, shrunk to fit small
     problems.  Under deterministic mode chained, with a window of 8 chunks when there are
     more."""
     mode = "chained" if problem.deterministic else "decoupled"
-    narrow = problem.narrow()
-    if (problem.M >= 128 or (narrow and problem.M >= 96)) and problem.L >= 64:
+    narrow = problem.narrow() and not problem.deterministic
+    if (problem.M >= 128 or narrow) and problem.L >= 64:
         block_m = 256 if problem.M >= 256 and not narrow and (problem.M > 512 or _padded(
             problem.M, 256) == _padded(problem.M, 128)) else 128
         # (rows, look-back width), the first valid one
-        steps = (((1, 8),) if narrow else ()) + ((2, 1), (1, 1))
+        one_row = problem.M > 512 and problem.backward and problem.M % 8 == 0
+        steps = (((1, 8),) if narrow else ()) + (((1, 1), (2, 1)) if one_row
+                                                  else ((2, 1), (1, 1)))
         for rows, width in steps:
             cfg = LookbackConfig(chunk=64, block_m=block_m, num_warps=2, inner="loop",
                                  rows=rows, lookback_width=width,
