@@ -271,3 +271,28 @@ def test_bench_tuner_tunes_with_the_patience_stop(monkeypatch):
     table = bench_tuner.markdown({"cases": [{"key": problem.key(), "tune": {
         **info, "wall_s": 1.0}}], "warm": {}})
     assert "1.0 (7, converged)" in table
+
+
+def test_bench_tuner_case_exhaustive_ends_with_its_share(monkeypatch):
+    """A case's exhaustive timing ends with its share of the time left (deadline / cases
+    left), so that a slow first case leaves the others their time."""
+    import argparse
+    from benchmarks import bench_tuner
+    seen = {}
+    monkeypatch.setattr(bench_tuner, "tune_case", lambda p, budget, patience: {})
+    monkeypatch.setattr(bench_tuner, "exhaustive_set", lambda p: [("lookback", {})])
+    monkeypatch.setattr(bench_tuner, "shipped_choice", lambda p: None)
+
+    def fake_exhaustive(problem, cands, args, deadline, device):
+        seen["deadline"] = deadline
+        return [{"name": "a", "ms": 1.0, "strategy": "lookback", "config": {}}]
+
+    monkeypatch.setattr(bench_tuner, "exhaustive_case", fake_exhaustive)
+    args = argparse.Namespace(reserve_s=12.0, budget=25.0, patience=6, max_exhaustive=0,
+                              retime_rounds=1)
+    (problem,) = bench_tuner.parse_cases("2,300,70:forward", "float32", "cpu")
+    start = time.monotonic()
+    bench_tuner.run_case(problem, args, start + 400.0, "cpu", 4)
+    assert start + 95.0 - 1.0 <= seen["deadline"] <= time.monotonic() + 95.0
+    bench_tuner.run_case(problem, args, start + 400.0, "cpu", 1)
+    assert seen["deadline"] == start + 395.0
