@@ -381,9 +381,15 @@ def test_config_space_is_pruned_and_default_is_valid():
                                      (2, 20000, 96, True), (4, 16384, 256, True),
                                      (2, 16320, 256, True))]
     assert [(c.block_m, c.rows, c.lookback_width, c.stages) for c in defaults] == [
-        (128, 1, 8, 6), (256, 2, 1, 6), (128, 2, 1, 1), (256, 1, 1, 6), (256, 2, 1, 6),
+        (128, 1, 8, 6), (256, 2, 1, 6), (128, 2, 1, 1), (256, 1, 1, 6), (512, 2, 1, 4),
         (128, 1, 8, 6), (128, 2, 1, 6), (128, 2, 1, 6), (128, 2, 1, 6), (256, 2, 1, 1),
         (256, 1, 1, 6), (256, 2, 1, 6), (128, 1, 8, 6), (256, 2, 1, 6), (256, 2, 1, 6)]
+    # a forward of many rows of wide modes: 512 modes at 4 warps, two rows, 4 stages
+    wide = [lb.default(_problem(B, L, M, backward=False))
+            for B, L, M in ((16, 2048, 512), (8, 8192, 1024), (4, 4096, 512), (16, 2048, 500))]
+    assert [(c.block_m, c.num_warps, c.rows, c.stages) for c in wide] == [
+        (512, 4, 2, 4), (512, 4, 2, 4), (256, 2, 2, 6), (256, 2, 2, 1)]
+    assert lb.default(_problem(16, 2048, 512)).block_m == 256        # training: not this
     assert lb.default(_problem(8, 20000, 96)).inner == "tile"     # B M = 768 > 512
     assert lb.default(_problem(1, 20000, 64)).inner == "tile"     # M < 96: not narrow
     narrow_det = lb.default(_problem(2, 20000, 96, deterministic=True))

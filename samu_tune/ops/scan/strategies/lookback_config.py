@@ -170,7 +170,8 @@ def default(problem: ScanProblem) -> LookbackConfig:
     512 tuned on an H100 and in the H200 table, 3-16% faster than one row on the H100; above
     M = 512 the fastest timed forward at (12, 3000, 700) and (1, 7000, 1000) on an H100 and the
     H200, and train where M is not a multiple of 8, while the H200 table's train picks at M =
-    1024 walk one row, so aligned training above 512 takes one); or, for narrow problems
+    1024 walk one row, so aligned training above 512 takes one; a forward of B M >= 8192
+    from M = 512: :func:`_wide_forward`); or, for narrow problems
     (``ScanProblem.narrow``: from M = 96, decoupled), 128 modes one row per step with a
     look-back width of 8 (the tuned pick at (1, 16384, 256) and (2, 65536, 128) in the H200
     table, the fastest timed on an H100 at (2, 20000, 96), (2, 32768, 128) and (1, 100000,
@@ -191,6 +192,11 @@ def default(problem: ScanProblem) -> LookbackConfig:
             problem.M, 256) == _padded(problem.M, 128)) else 128
         # (rows, look-back width), the first valid one
         one_row = problem.M > 512 and problem.backward and problem.M % 8 == 0
+        if _wide_forward(problem):
+            cfg = LookbackConfig(chunk=64, block_m=512, num_warps=4, inner="loop", rows=2,
+                                 stages=4, lookback=mode)
+            if valid(problem, cfg):
+                return cfg
         steps = (((1, 8),) if narrow else ()) + (((1, 1), (2, 1)) if one_row
                                                   else ((2, 1), (1, 1)))
         for rows, width in steps:
@@ -219,6 +225,17 @@ def default(problem: ScanProblem) -> LookbackConfig:
     window = 8 if mode == "chained" and n_chunks(problem.L, chunk) > 8 else 1
     return LookbackConfig(chunk=chunk, block_m=block_m, num_warps=num_warps, lookback=mode,
                           window=window)
+
+
+def _wide_forward(problem: ScanProblem) -> bool:
+    """A forward with many rows of wide modes (M >= 512 a multiple of 8, B M >= 8192,
+    decoupled): 512 modes at 4 warps, two rows, 4 stages is the fastest there (the H200
+    table's forward picks at (8, 8192, 1024) and (16, 1024, 1024), the exhaustive best at
+    (16, 2048, 512) on the H200 and the fastest timed there on an H100, where 256 modes at 2
+    warps, 6 stages ran 1.13x); at B M <= 2048 256 modes won (H200 table (4, 4096, 512), H100
+    (1, 7000, 1000): by 2-4%)."""
+    return (not problem.backward and not problem.deterministic and problem.M >= 512
+            and problem.M % 8 == 0 and problem.B * problem.M >= 8192)
 
 
 def _padded(M: int, block_m: int) -> int:
