@@ -368,9 +368,10 @@ def test_config_space_is_pruned_and_default_is_valid():
     assert not lb.valid(_problem(8, 8192, 1024), LookbackConfig(    # 4 lanes x 8: spills
         chunk=32, block_m=512, num_warps=4, inner="loop", lookback_width=8))
     # the staged 64-step loop walk of 256 modes, two rows per step (one for aligned training
-    # above M = 512); of 128 modes: two rows, or, narrow (B M <= 512 over 256+ chunks, from
-    # M = 96), one row with a look-back width of 8 (the tile scan below M = 128 otherwise);
-    # 128 modes where their tiles cover fewer (300, 384); unstaged where M % 8 != 0
+    # above M = 512 and from 256 chunks on: (4, 16384, 256), not (2, 16320, 256)); of 128
+    # modes: the same, or, narrow (B M <= 512 over 256+ chunks, from M = 96), one row with a
+    # look-back width of 8 (the tile scan below M = 128 otherwise); 128 modes where their
+    # tiles cover fewer (300, 384); unstaged where M % 8 != 0
     defaults = [lb.default(_problem(B, L, M, backward=bwd))
                 for B, L, M, bwd in ((1, 16384, 256, True), (4, 4096, 512, True),
                                      (3, 5000, 300, True), (8, 8192, 1024, True),
@@ -382,8 +383,8 @@ def test_config_space_is_pruned_and_default_is_valid():
                                      (2, 16320, 256, True))]
     assert [(c.block_m, c.rows, c.lookback_width, c.stages) for c in defaults] == [
         (128, 1, 8, 6), (256, 2, 1, 6), (128, 2, 1, 1), (256, 1, 1, 6), (512, 2, 1, 4),
-        (128, 1, 8, 6), (128, 2, 1, 6), (128, 2, 1, 6), (128, 2, 1, 6), (256, 2, 1, 1),
-        (256, 1, 1, 6), (256, 2, 1, 6), (128, 1, 8, 6), (256, 2, 1, 6), (256, 2, 1, 6)]
+        (128, 1, 8, 6), (128, 1, 1, 6), (128, 2, 1, 6), (128, 2, 1, 6), (256, 2, 1, 1),
+        (256, 1, 1, 6), (256, 2, 1, 6), (128, 1, 8, 6), (256, 1, 1, 6), (256, 2, 1, 6)]
     # a forward of many rows of wide modes: 512 modes at 4 warps, two rows, 4 stages
     wide = [lb.default(_problem(B, L, M, backward=False))
             for B, L, M in ((16, 2048, 512), (8, 8192, 1024), (4, 4096, 512), (16, 2048, 500))]

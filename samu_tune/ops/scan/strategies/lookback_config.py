@@ -171,7 +171,9 @@ def default(problem: ScanProblem) -> LookbackConfig:
     M = 512 the fastest timed forward at (12, 3000, 700) and (1, 7000, 1000) on an H100 and the
     H200, and train where M is not a multiple of 8, while the H200 table's train picks at M =
     1024 walk one row, so aligned training above 512 takes one; a forward of B M >= 8192
-    from M = 512: :func:`_wide_forward`); or, for narrow problems
+    from M = 512: :func:`_wide_forward`); one row from 256 chunks on, decoupled (at (4,
+    16384, 256) one row with 6 stages ran within 1.3% of the exhaustive best both ways on the
+    H200 and 0.5% of the fastest timed on an H100, two rows 1.08-1.13x); or, for narrow problems
     (``ScanProblem.narrow``: from M = 96, decoupled), 128 modes one row per step with a
     look-back width of 8 (the tuned pick at (1, 16384, 256) and (2, 65536, 128) in the H200
     table, the fastest timed on an H100 at (2, 20000, 96), (2, 32768, 128) and (1, 100000,
@@ -191,7 +193,8 @@ def default(problem: ScanProblem) -> LookbackConfig:
         block_m = 256 if problem.M >= 256 and not narrow and (problem.M > 512 or _padded(
             problem.M, 256) == _padded(problem.M, 128)) else 128
         # (rows, look-back width), the first valid one
-        one_row = problem.M > 512 and problem.backward and problem.M % 8 == 0
+        one_row = ((problem.M > 512 and problem.backward and problem.M % 8 == 0)
+                   or (problem.L >= ScanProblem.NARROW_MIN_L and not problem.deterministic))
         if _wide_forward(problem):
             cfg = LookbackConfig(chunk=64, block_m=512, num_warps=4, inner="loop", rows=2,
                                  stages=4, lookback=mode)
