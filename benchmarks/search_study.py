@@ -3,8 +3,9 @@
 Reads a ``bench.json`` of :mod:`benchmarks.bench_scan` (every candidate it timed at every grid
 shape, GPU time) and, per (shape, dtype, mode), replays two short searches on those times:
 
-- ``priors``: the winners of the other grid problems with the same dtype and mode (left out:
-  this one's), nearest first in log-space of (B*M, L) as the tuner's priors, at most
+- ``priors``: the winners of the other grid problems with the prior features
+  (``ScanProblem.prior_features``: dtype, mode, M's alignment; left out: this one's),
+  nearest first in log-space of (B*M, L) as the tuner's priors, at most
   ``--priors`` distinct configs;
 - ``priors+defaults``: those, then each strategy's default config for the shape (the current
   code's ``default()``; one not in the file is skipped);
@@ -34,6 +35,12 @@ def _key(name: str, config: dict) -> str:
     return name + json.dumps(config, sort_keys=True)
 
 
+def _problem(shape, dtype: str, mode: str):
+    from samu_tune.ops.scan.problem import ScanProblem
+    B, L, M = shape
+    return ScanProblem(B=B, L=L, M=M, dtype=dtype, backward=mode == "train")
+
+
 def study(data: dict, n_priors: int) -> list[dict]:
     from samu_tune import registry
     from samu_tune.ops.scan.problem import ScanProblem
@@ -55,10 +62,15 @@ def study(data: dict, n_priors: int) -> list[dict]:
         def dist(other):
             (b, l, m), _, _ = other
             return math.hypot(math.log(b * m) - here[0], math.log(l) - here[1])
-        others = sorted((p for p in winners if p != (shape, dtype, mode)
-                         and p[1] == dtype and p[2] == mode), key=dist)
+        # served: the same features (dtype, mode, M's alignment, narrow: ScanProblem.
+        # feature_key); priors: those of ScanProblem.prior_features, as the tuner's
+        here_problem = _problem(shape, dtype, mode)
+        features, prior_features = here_problem.feature_key(), here_problem.prior_features()
+        near = sorted((p for p in winners if p != (shape, dtype, mode)), key=dist)
+        others = [p for p in near if _problem(*p).feature_key() == features]
+        prior_from = [p for p in near if _problem(*p).feature_key() in prior_features]
         priors: list[str] = []
-        for p in others:
+        for p in prior_from:
             w = winners[p]
             if w in cands and w not in priors:
                 priors.append(w)

@@ -255,21 +255,18 @@ def lookup(problem: Problem, signature: SignatureArg = None, *, shipped: bool = 
 
 
 def nearest(problem: Problem, signature: SignatureArg = None, *, shipped: bool = False,
-            include_exact: bool = False) -> list[tuple[float, CacheEntry]]:
-    """Served entries with the same features (``problem.feature_key()``), nearest first.
-
-    Distance: Euclidean in ``problem.coords()`` (the scan: (log(B*M), log(L)); the decode
-    step: (log B, log M)).  The exact key is left out unless ``include_exact``.
-    """
+            include_exact: bool = False, features=None) -> list[tuple[float, CacheEntry]]:
+    """Served entries with the same features (``problem.feature_key()``, or any of the keys
+    ``features`` names), nearest first.  Distance: Euclidean in ``problem.coords()`` (the
+    scan: (log(B*M), log(L)); the decode step: (log B, log M)).  The exact key is left out
+    unless ``include_exact``."""
     table = _table(signature, shipped=shipped)
-    here = problem.coords()
-    key = problem.key()
-    out = []
-    for there, entry in table.by_feature.get(problem.feature_key(), ()):
-        if entry.key == key and not include_exact:
-            continue
-        if why_not_served(entry, shipped=shipped) is None:
-            out.append((math.dist(there, here), entry))
+    here, key, out = problem.coords(), problem.key(), []
+    for feature in features or (problem.feature_key(),):
+        for there, entry in table.by_feature.get(feature, ()):
+            if (entry.key != key or include_exact) and why_not_served(
+                    entry, shipped=shipped) is None:
+                out.append((math.dist(there, here), entry))
     out.sort(key=lambda item: (item[0], item[1].key))
     return out
 

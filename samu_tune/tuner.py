@@ -25,7 +25,8 @@ Pipeline of :func:`tune`:
    kept as ``host_ms``), wall time on the CPU (marked ``cpu_wall_time``).  Train mode times
    forward + backward of every input.
 4. **Search.**  Not every config is timed.  First the *priors*: the winners of the nearest
-   tuned problems with the same features (user cache, then the shipped table of this device,
+   tuned problems with the prior features (``ScanProblem.prior_features``: the same features,
+   narrow or not; user cache, then the shipped table of this device,
    nearest in log-space of (B*M, L) first; for a train problem the winner and runner-up of
    the same shape's forward entry right after its own entry; at most ``prior_top`` distinct
    candidates that can run this problem) -- what was fast at a neighbouring shape is the best
@@ -298,7 +299,8 @@ def _priors(problem: Problem, dev: DeviceInfo, runnable: list[Strategy],
     found: list[tuple[float, int, int, Strategy, BaseModel]] = []
     for rank, shipped in enumerate((False, True)):
         try:
-            near = cache.nearest(problem, sig, shipped=shipped, include_exact=True)
+            near = cache.nearest(problem, sig, shipped=shipped, include_exact=True,
+                                 features=getattr(problem, "prior_features", lambda: None)())
         except Exception:  # an unreadable table never stops tuning
             continue
         for dist, entry in near:

@@ -140,6 +140,20 @@ def test_nearest_keys_keep_narrow_problems_apart(fakes):
     assert dispatch.choose(wide).source_key == "B4-L2048-M512-f32-forward"
 
 
+def test_tuner_priors_cross_the_narrow_boundary_that_serving_keeps(fakes):
+    """A winner of a narrow problem is served only to narrow problems, but the tuner times it
+    first for a problem of the other kind too (ScanProblem.prior_features)."""
+    from samu_tune.device import device_info
+    wide = ScanProblem(B=4, L=20000, M=256, dtype="float32", device="cpu", backward=False)
+    assert wide.prior_features() == ("f32-forward", "f32-forward-narrow")
+    _put("B1-L16384-M256-f32-forward", "grid", {"a": 1, "b": 2})      # narrow
+    _put("B4-L1024-M256-f32-forward", "grid", {"a": 3, "b": 0})       # the same kind, farther
+    assert [e.key for _, e in cache.nearest(wide, SIG)] == ["B4-L1024-M256-f32-forward"]
+    grid = registry.get("grid")
+    priors = tuner._priors(wide, device_info("cpu"), [grid], {"grid": grid.configs(wide)}, 5)
+    assert [cfg.model_dump() for _, cfg in priors] == [{"a": 1, "b": 2}, {"a": 3, "b": 0}]
+
+
 def test_a_cached_config_invalid_here_falls_through(fakes):
     small_m = ScanProblem(B=2, L=16, M=2, dtype="float32", device="cpu", backward=False)
     _put(small_m.key(), "grid", {"a": 3, "b": 0})     # a=3 is not valid for M=2

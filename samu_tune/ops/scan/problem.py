@@ -80,6 +80,16 @@ class ScanProblem(BaseModel):
         return (rest + ("" if self.M % 8 == 0 else "-unaligned")
                 + ("-narrow" if self.narrow() else ""))
 
+    def prior_features(self) -> tuple[str, ...]:
+        """The feature keys whose tuned winners the tuner times first for this problem: its
+        own and the same without :meth:`narrow`'s mark, either way (narrow and other problems
+        are served apart, but a winner of one kind is a cheap candidate for the other: at (1,
+        2048, 1024) train on the H200 grid, priors of its own kind alone picked 1.128x the
+        best, with the narrow winners 1.045x, replayed by benchmarks/search_study.py)."""
+        own = self.feature_key()
+        other = own[:-len("-narrow")] if own.endswith("-narrow") else own + "-narrow"
+        return own, other
+
     def coords(self) -> tuple[float, float]:
         """(log(B*M), log(L)): the nearest-key search's space."""
         return math.log(self.B * self.M), math.log(self.L)
