@@ -304,12 +304,13 @@ def run_case(problem, args, deadline, device, cases_left, pool=None, pending=())
     after the tune, in parallel, instead of compiling one by one inside the exhaustive
     timing."""
     case = {"key": problem.key(), "mode": problem.mode}
-    left = deadline - time.monotonic()
-    # this case's share of the time left: an exhaustive set that outlasts it is cut (marked
-    # partial) rather than leaving the cases after it no time at all
-    share_end = min(deadline, time.monotonic() + left / cases_left)
+    now = time.monotonic()
+    share = (deadline - now) / cases_left
+    # the end of this case's share of the time left: an exhaustive set that outlasts it is
+    # cut (marked partial) rather than leaving the cases after it no time at all
+    share_end = min(deadline, now + share)
     reserve = args.reserve_s                       # for (b) and (c) of this case
-    budget = min(args.budget, max(5.0, left / cases_left - reserve))
+    budget = min(args.budget, max(5.0, share - reserve))
     case["budget_clipped"] = budget < args.budget
     try:
         case["tune"] = tune_case(problem, budget, args.patience or None)

@@ -71,6 +71,16 @@ def launches_stubbed():
         scratch.clear()
 
 
+def host_time(call: Callable, n: int, clock, warmup: int) -> tuple[float, dict]:
+    """(eager wall ms per call, the clock's host time per call of ``n`` calls behind its
+    busy-wait) after ``warmup`` calls; the wall sizes the busy-wait."""
+    for _ in range(warmup):
+        call()
+    clock.sync()
+    wall_ms = clock.wall(call, n, 1)["wall_ms"]
+    return wall_ms, clock.behind_sleep(call, n, wall_ms)
+
+
 def launch_counts() -> list[dict]:
     """Per samu_tune kernel wrapper that has launched: the kernel's name, its launches
     through the direct path and through ``kernel[grid]``, and why it launches through Triton
@@ -176,11 +186,7 @@ def run_floor(plan, clock, device: torch.device, out: dict, save: Callable) -> N
     rows = out.setdefault("floor", [])
 
     def host(call: Callable, n: int) -> dict:
-        for _ in range(plan.warmup):
-            call()
-        clock.sync()
-        wall = clock.wall(call, n, 1)
-        return clock.behind_sleep(call, n, wall["wall_ms"])
+        return host_time(call, n, clock, plan.warmup)[1]
 
     for name, call in floor_calls(device, shape).items():
         row = {"case": name, **guarded(name, lambda: host(call, n))}

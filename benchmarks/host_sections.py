@@ -18,6 +18,8 @@ import importlib
 import time
 from typing import Callable
 
+from benchmarks.host_floor import host_time
+
 # (module, attribute path): the scan call's steps, outermost first
 SECTIONS = (
     ("samu_tune", "scan"),
@@ -85,11 +87,7 @@ def section_times(call: Callable, n: int, clock, warmup: int = 3) -> dict:
     """Host us per call of each section over ``n`` calls behind the clock's busy-wait; the
     call's host time without the timers (``plain_us``) and with them (``host_us``), and what
     one timer added (``timer_us``: their difference over the timed calls per call)."""
-    for _ in range(warmup):
-        call()
-    clock.sync()
-    wall = clock.wall(call, n, 1)
-    plain = clock.behind_sleep(call, n, wall["wall_ms"])
+    wall_ms, plain = host_time(call, n, clock, warmup)
     calls = [0]
 
     def counted():
@@ -97,7 +95,7 @@ def section_times(call: Callable, n: int, clock, warmup: int = 3) -> dict:
         return call()
 
     with timed() as acc:
-        host = clock.behind_sleep(counted, n, wall["wall_ms"])
+        host = clock.behind_sleep(counted, n, wall_ms)
         # every try of the measurement ran calls: per call over all of them
         done = max(calls[0], 1)
         rows = {name: {"us": s * 1e6 / done, "calls": c / done}

@@ -35,12 +35,6 @@ def _key(name: str, config: dict) -> str:
     return name + json.dumps(config, sort_keys=True)
 
 
-def _problem(shape, dtype: str, mode: str):
-    from samu_tune.ops.scan.problem import ScanProblem
-    B, L, M = shape
-    return ScanProblem(B=B, L=L, M=M, dtype=dtype, backward=mode == "train")
-
-
 def study(data: dict, n_priors: int) -> list[dict]:
     from samu_tune import registry
     from samu_tune.ops.scan.problem import ScanProblem
@@ -54,6 +48,10 @@ def study(data: dict, n_priors: int) -> list[dict]:
                 times.setdefault((tuple(r["shape"]), r["dtype"], mode), {})[
                     _key(r["name"], r["config"])] = r[f"{mode}_ms"]
     winners = {p: min(t, key=t.get) for p, t in times.items()}
+    problems = {(shape, dtype, mode): ScanProblem(B=shape[0], L=shape[1], M=shape[2],
+                                                  dtype=dtype, backward=mode == "train")
+                for shape, dtype, mode in times}
+    features_of = {p: problem.feature_key() for p, problem in problems.items()}
     out = []
     for (shape, dtype, mode), cands in sorted(times.items()):
         B, L, M = shape
@@ -64,11 +62,11 @@ def study(data: dict, n_priors: int) -> list[dict]:
             return math.hypot(math.log(b * m) - here[0], math.log(l) - here[1])
         # served: the same features (dtype, mode, M's alignment, narrow: ScanProblem.
         # feature_key); priors: those of ScanProblem.prior_features, as the tuner's
-        here_problem = _problem(shape, dtype, mode)
-        features, prior_features = here_problem.feature_key(), here_problem.prior_features()
+        problem = problems[(shape, dtype, mode)]
+        prior_features = problem.prior_features()
         near = sorted((p for p in winners if p != (shape, dtype, mode)), key=dist)
-        others = [p for p in near if _problem(*p).feature_key() == features]
-        prior_from = [p for p in near if _problem(*p).feature_key() in prior_features]
+        others = [p for p in near if features_of[p] == features_of[(shape, dtype, mode)]]
+        prior_from = [p for p in near if features_of[p] in prior_features]
         priors: list[str] = []
         for p in prior_from:
             w = winners[p]
@@ -83,7 +81,6 @@ def study(data: dict, n_priors: int) -> list[dict]:
         for k in [k for k in fwd_two if k in cands] + priors:
             if k not in with_forward and len(with_forward) < n_priors:
                 with_forward.append(k)
-        problem = ScanProblem(B=B, L=L, M=M, dtype=dtype, backward=mode == "train")
         defaults = []
         for s in registry.all_strategies():
             if s.name == "reference" or s.reasons(problem):

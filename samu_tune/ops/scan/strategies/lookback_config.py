@@ -190,16 +190,16 @@ def default(problem: ScanProblem) -> LookbackConfig:
     mode = "chained" if problem.deterministic else "decoupled"
     narrow = problem.narrow() and not problem.deterministic
     if (problem.M >= 128 or narrow) and problem.L >= 64:
-        block_m = 256 if problem.M >= 256 and not narrow and (problem.M > 512 or _padded(
-            problem.M, 256) == _padded(problem.M, 128)) else 128
-        # (rows, look-back width), the first valid one
-        one_row = ((problem.M > 512 and problem.backward and problem.M % 8 == 0)
-                   or (problem.L >= ScanProblem.NARROW_MIN_L and not problem.deterministic))
         if _wide_forward(problem):
             cfg = LookbackConfig(chunk=64, block_m=512, num_warps=4, inner="loop", rows=2,
                                  stages=4, lookback=mode)
             if valid(problem, cfg):
                 return cfg
+        block_m = 256 if problem.M >= 256 and not narrow and (problem.M > 512 or _padded(
+            problem.M, 256) == _padded(problem.M, 128)) else 128
+        # (rows, look-back width), the first valid one
+        one_row = ((problem.M > 512 and problem.backward and problem.M % 8 == 0)
+                   or (problem.L >= ScanProblem.NARROW_MIN_L and not problem.deterministic))
         steps = (((1, 8),) if narrow else ()) + (((1, 1), (2, 1)) if one_row
                                                   else ((2, 1), (1, 1)))
         for rows, width in steps:
