@@ -4,8 +4,8 @@ Choosing (:func:`choose`), by policy (``SAMU_TUNE_MODE``):
 
 - ``cached`` (default): the exact problem key in the user cache; else the nearest tuned key
   with the same features (``ScanProblem.feature_key()``: dtypes, mode, resets, h0, final,
-  determinism, whether M is a multiple of 8 and whether the problem is narrow,
-  ``ScanProblem.narrow``) in log-space of (B*M, L); else the same two
+  determinism, whether M is a multiple of 8 and whether the problem is narrow or long,
+  ``ScanProblem.narrow`` / ``long``) in log-space of (B*M, L); else the same two
   lookups in the table shipped in ``samu_tune/defaults/<device signature>.json``; else
   :func:`samu_tune.rules.rule_choice`.
   A cached (strategy, config) that cannot run this exact problem (strategy ineligible, config

@@ -26,7 +26,7 @@ Pipeline of :func:`tune`:
    forward + backward of every input.
 4. **Search.**  Not every config is timed.  First the *priors*: the winners of the nearest
    tuned problems with the prior features (``ScanProblem.prior_features``: the same features,
-   narrow or not; user cache, then the shipped table of this device,
+   narrow, long or neither; user cache, then the shipped table of this device,
    nearest in log-space of (B*M, L) first; for a train problem the winner and runner-up of
    the same shape's forward entry right after its own entry; at most ``prior_top`` distinct
    candidates that can run this problem) -- what was fast at a neighbouring shape is the best

@@ -122,35 +122,47 @@ def test_nearest_keys_keep_m_alignment_apart(fakes):
     assert dispatch.choose(aligned).source_key == "B2-L16-M8-f32-forward"
 
 
-def test_nearest_keys_keep_narrow_problems_apart(fakes):
-    """Few rows of modes over a long sequence (ScanProblem.narrow) and the others are served
-    from their own kind: the nearest entry across the boundary is passed over."""
+def test_nearest_keys_keep_narrow_and_long_problems_apart(fakes):
+    """Few rows of modes over a long sequence (ScanProblem.narrow), more rows over one as
+    long (ScanProblem.long) and the others are served from their own kind: the nearest
+    entry across a boundary is passed over, and with none of its kind the rule serves."""
     narrow = ScanProblem(B=1, L=20000, M=256, dtype="float32", device="cpu", backward=False)
-    wide = narrow.model_copy(update={"B": 4})
-    assert narrow.narrow() and not wide.narrow()
-    assert (narrow.feature_key(), wide.feature_key()) == ("f32-forward-narrow", "f32-forward")
+    long = narrow.model_copy(update={"B": 4})
+    short = long.model_copy(update={"L": 16320})
+    assert narrow.narrow() and not narrow.long()
+    assert long.long() and not long.narrow() and not short.long() and not short.narrow()
+    assert ([p.feature_key() for p in (narrow, long, short)]
+            == ["f32-forward-narrow", "f32-forward-long", "f32-forward"])
     edge = ScanProblem(B=2, L=16320, M=256, dtype="float32", device="cpu")
     assert not edge.narrow() and edge.model_copy(update={"L": 16321}).narrow()
     assert not edge.model_copy(update={"L": 16321, "M": 264}).narrow()     # B M > 512
+    assert edge.model_copy(update={"L": 16321, "M": 264}).long()
     assert not edge.model_copy(update={"L": 16321, "M": 95}).narrow()      # M < 96
+    assert not edge.model_copy(update={"L": 16321, "M": 95}).long()
     assert edge.model_copy(update={"L": 16321, "M": 96}).narrow()
-    _put("B1-L16384-M256-f32-forward", "fake_b")     # narrow: the nearest to both
-    _put("B4-L2048-M512-f32-forward", "fake_c")      # farther, not narrow
+    _put("B1-L16384-M256-f32-forward", "fake_b")     # narrow: the nearest to all three
+    _put("B4-L2048-M512-f32-forward", "fake_c")      # farther, neither
     assert dispatch.choose(narrow).source_key == "B1-L16384-M256-f32-forward"
-    assert dispatch.choose(wide).source_key == "B4-L2048-M512-f32-forward"
+    assert dispatch.choose(short).source_key == "B4-L2048-M512-f32-forward"
+    assert dispatch.choose(long).source == "rule"
+    _put("B16-L65536-M1024-f32-forward", "fake_a")   # long, the farthest
+    assert dispatch.choose(long).source_key == "B16-L65536-M1024-f32-forward"
 
 
-def test_tuner_priors_cross_the_narrow_boundary_that_serving_keeps(fakes):
+def test_tuner_priors_cross_the_boundaries_that_serving_keeps(fakes):
     """A winner of a narrow problem is served only to narrow problems, but the tuner times it
-    first for a problem of the other kind too (ScanProblem.prior_features)."""
+    first for a problem of another kind too (ScanProblem.prior_features)."""
     from samu_tune.device import device_info
-    wide = ScanProblem(B=4, L=20000, M=256, dtype="float32", device="cpu", backward=False)
-    assert wide.prior_features() == ("f32-forward", "f32-forward-narrow")
+    long = ScanProblem(B=4, L=20000, M=256, dtype="float32", device="cpu", backward=False)
+    assert long.prior_features() == ("f32-forward-long", "f32-forward", "f32-forward-narrow")
+    short = long.model_copy(update={"L": 1000, "M": 300})
+    assert short.prior_features() == ("f32-forward-unaligned", "f32-forward-unaligned-narrow",
+                                      "f32-forward-unaligned-long")
     _put("B1-L16384-M256-f32-forward", "grid", {"a": 1, "b": 2})      # narrow
-    _put("B4-L1024-M256-f32-forward", "grid", {"a": 3, "b": 0})       # the same kind, farther
-    assert [e.key for _, e in cache.nearest(wide, SIG)] == ["B4-L1024-M256-f32-forward"]
+    _put("B4-L1024-M256-f32-forward", "grid", {"a": 3, "b": 0})       # plain, farther
+    assert cache.nearest(long, SIG) == []
     grid = registry.get("grid")
-    priors = tuner._priors(wide, device_info("cpu"), [grid], {"grid": grid.configs(wide)}, 5)
+    priors = tuner._priors(long, device_info("cpu"), [grid], {"grid": grid.configs(long)}, 5)
     assert [cfg.model_dump() for _, cfg in priors] == [{"a": 1, "b": 2}, {"a": 3, "b": 0}]
 
 

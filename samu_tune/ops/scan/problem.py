@@ -69,26 +69,39 @@ class ScanProblem(BaseModel):
         return (self.B * self.M <= self.NARROW_MODES and self.L >= self.NARROW_MIN_L
                 and self.M >= self.NARROW_MIN_M)
 
+    def long(self) -> bool:
+        """256 or more 64-step chunks (L > 16320) from M = 96, not :meth:`narrow`: each chunk
+        waits on a long chain of predecessors, where the look-back walks one row per step
+        (its rule), and a tuned entry of a shorter sequence does not carry over (at (4, 16384,
+        256) on the H200 the nearest shipped entry, (4, 4096, 512), two rows, ran 1.13x / 1.11x
+        the best timed forward / train, the rule's one row 1.00x)."""
+        return (self.L >= self.NARROW_MIN_L and self.M >= self.NARROW_MIN_M
+                and not self.narrow())
+
     def feature_key(self) -> str:
-        """The key without B, L and M, marked ``-unaligned`` where M is not a multiple of 8
-        and ``-narrow`` for :meth:`narrow` problems: problems that may share a
-        nearest-neighbour choice.  The look-back kernels load rows as vectors of 8 elements,
-        which their software pipeline stages, only where M is a multiple of 8, so a config
-        tuned at such an M does not carry over to another (at (3, 5000, 300), bf16, on the
-        H200 the nearest tuned config, staged, ran 1.30x / 1.43x the best forward / train)."""
-        rest = self.key().split("-", 3)[3]
-        return (rest + ("" if self.M % 8 == 0 else "-unaligned")
-                + ("-narrow" if self.narrow() else ""))
+        """The key without B, L and M, marked ``-unaligned`` where M is not a multiple of 8,
+        ``-narrow`` for :meth:`narrow` problems and ``-long`` for :meth:`long` ones: problems
+        that may share a nearest-neighbour choice.  The look-back kernels load rows as vectors
+        of 8 elements, which their software pipeline stages, only where M is a multiple of 8,
+        so a config tuned at such an M does not carry over to another (at (3, 5000, 300),
+        bf16, on the H200 the nearest tuned config, staged, ran 1.30x / 1.43x the best
+        forward / train)."""
+        return self._aligned_key() + self._chain_mark()
+
+    def _aligned_key(self) -> str:
+        return self.key().split("-", 3)[3] + ("" if self.M % 8 == 0 else "-unaligned")
+
+    def _chain_mark(self) -> str:
+        return "-narrow" if self.narrow() else "-long" if self.long() else ""
 
     def prior_features(self) -> tuple[str, ...]:
         """The feature keys whose tuned winners the tuner times first for this problem: its
-        own and the same without :meth:`narrow`'s mark, either way (narrow and other problems
-        are served apart, but a winner of one kind is a cheap candidate for the other: at (1,
+        own, then the same marked otherwise (plain, ``-narrow``, ``-long``): the kinds are
+        served apart, but a winner of one kind is a cheap candidate for another (at (1,
         2048, 1024) train on the H200 grid, priors of its own kind alone picked 1.128x the
         best, with the narrow winners 1.045x, replayed by benchmarks/search_study.py)."""
-        own = self.feature_key()
-        other = own[:-len("-narrow")] if own.endswith("-narrow") else own + "-narrow"
-        return own, other
+        own, base = self.feature_key(), self._aligned_key()
+        return own, *(base + mark for mark in ("", "-narrow", "-long") if base + mark != own)
 
     def coords(self) -> tuple[float, float]:
         """(log(B*M), log(L)): the nearest-key search's space."""
