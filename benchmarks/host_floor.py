@@ -8,11 +8,15 @@ samu_tune call is made of, on the machine that runs the GPU:
   ``as_strided`` view; a 16-element torch add (one ATen kernel launch, what a C++ operator's
   launch costs); an autograd Function of the scan's arity (10 inputs, 4 outputs, 10 saved,
   nothing computed) forward and forward+backward: autograd's own cost, device thread
-  included; a Triton kernel of 34 arguments (28 tensors, 6 ints: the look-back kernel's
+  included; the same forward+backward with autograd's engine on the calling thread
+  (``torch.autograd.set_multithreading_enabled(False)``: no hand-off to the device's
+  autograd thread and back), and four such Functions chained with one backward (the engine's
+  fixed cost shared, as in a model's step); a Triton kernel of 34 arguments (28 tensors, 6 ints: the look-back kernel's
   count) launched through ``kernel[grid](...)`` and through samu_tune's direct launch
   (:mod:`samu_tune.launcher`);
 - the scan forward and forward+backward, the fused layer forward+backward and the decode step,
-  each twice: as is, and with every Triton launch stubbed out (the Python, the torch
+  each twice (the scan's forward+backward a third time, the engine on the calling thread):
+  as is, and with every Triton launch stubbed out (the Python, the torch
   allocations and fills and the autograd bookkeeping remain; the outputs are garbage).  The
   difference is what the launches themselves cost the host.  Each also counts the ATen
   operators one stubbed call dispatches (``ops``: allocations, views, fills, autograd's
@@ -107,8 +111,9 @@ class _Arity(torch.autograd.Function):
         return (*grads[:2], *grads[:2], *grads[:2], None, None, None, None)
 
 
-def _arity_calls(device: torch.device) -> tuple[Callable, Callable]:
-    """(forward, forward+backward) of :class:`_Arity` on [8] tensors."""
+def _arity_calls(device: torch.device, chained: int = 1) -> tuple[Callable, Callable]:
+    """(forward, forward+backward) of :class:`_Arity` on [8] tensors; ``chained`` > 1: that
+    many, each taking the previous one's first two outputs, one backward at the end."""
     leaves = [torch.zeros(8, device=device, requires_grad=True) for _ in range(6)]
     rest = [torch.zeros(8, device=device) for _ in range(4)]
     ones = [torch.ones(8, device=device)] * 2
@@ -121,8 +126,18 @@ def _arity_calls(device: torch.device) -> tuple[Callable, Callable]:
         for t in leaves:
             t.grad = None
         out = _Arity.apply(*leaves, *rest)
+        for _ in range(chained - 1):
+            out = _Arity.apply(*out[:2], *leaves[2:], *rest)
         torch.autograd.backward(out[:2], ones)
     return forward, forward_backward
+
+
+def on_calling_thread(call: Callable) -> Callable:
+    """``call`` with autograd's engine running every backward node on the calling thread."""
+    def run():
+        with torch.autograd.set_multithreading_enabled(False):
+            return call()
+    return run
 
 
 def op_count(call: Callable) -> int:
@@ -158,6 +173,8 @@ def floor_calls(device: torch.device, shape=PROBE_SHAPE) -> dict[str, Callable]:
         "torch add, 16 elements (one ATen launch)": lambda: small + small,
         "autograd Function, scan arity, forward (no grad)": arity_fwd,
         "autograd Function, scan arity, forward+backward": arity_train,
+        "the same, engine on the calling thread": on_calling_thread(arity_train),
+        "4 such Functions chained, one backward (per 4)": _arity_calls(device, chained=4)[1],
         "Triton launch, 34 arguments, kernel[grid]": lambda: _probe[(1,)](*tensors, *ints, X=1),
     }
     fast = launcher.fast(_probe) if hasattr(launcher, "fast") else None
@@ -175,6 +192,8 @@ def stub_pairs(device: torch.device, shape=PROBE_SHAPE) -> dict[str, Callable]:
     M = 1024 if shape == PROBE_SHAPE else shape[-1]
     return {f"scan forward {shape}": scan_call(inputs, False),
             f"scan forward+backward {shape}": scan_call(inputs, True),
+            f"scan forward+backward {shape}, engine on the calling thread":
+                on_calling_thread(scan_call(inputs, True)),
             f"layer forward+backward {shape}": layer_call(shape, device, True),
             f"decode step B={DECODE_B} M={M}": decode_call(DECODE_B, M, device)}
 

@@ -29,8 +29,12 @@ def test_floor_rows_and_table():
               lambda: None)
     rows = out["floor"]
     pairs = [r for r in rows if "full" in r]
-    assert len(pairs) == 4 and len(rows) == 13
+    assert len(pairs) == 5 and len(rows) == 16
     assert not any("error" in r for r in rows if "full" not in r)
+    cases = {r["case"] for r in rows}
+    assert {"the same, engine on the calling thread",
+            "4 such Functions chained, one backward (per 4)",
+            "scan forward+backward (1, 32, 16), engine on the calling thread"} <= cases
     for r in pairs:
         assert "error" not in r["full"] and "error" not in r["stubbed"], r
         # the interpreter runs every kernel on the CPU: its launches dominate a call
