@@ -455,6 +455,7 @@ def main(argv=None):
 
     if device == "cuda":
         result["device"] = torch.cuda.get_device_name(0)
+        result["signature"] = device_info(torch.device("cuda", 0)).signature()
         result["cycles_per_ms"] = timing.gpu_for(torch.device("cuda", 0)).cycles_per_ms
     else:
         result["device"] = "cpu"
