@@ -90,6 +90,25 @@ def lookback_spec(cfg) -> str:
     return s + (f"/window{cfg.window}" if cfg.window != 1 else "")
 
 
+def timed_configs(rows: list[dict]) -> dict[tuple, dict[str, float]]:
+    """A bench_scan ``bench.json``'s strategy rows as (shape, dtype, mode) -> {strategy name
+    and config as JSON: GPU ms} (:func:`config_key`)."""
+    times: dict[tuple, dict[str, float]] = {}
+    for r in rows:
+        if r["kind"] != "strategy":
+            continue
+        for mode in ("forward", "train"):
+            if r.get(f"{mode}_ms") is not None:
+                times.setdefault((tuple(r["shape"]), r["dtype"], mode), {})[
+                    config_key(r["name"], r["config"])] = r[f"{mode}_ms"]
+    return times
+
+
+def config_key(name: str, config) -> str:
+    """A strategy's name and config as one string (keys of :func:`timed_configs`)."""
+    return name + json.dumps(config, sort_keys=True)
+
+
 def add_out(ap: argparse.ArgumentParser, default: Optional[str] = "bench_out") -> None:
     """``--out DIR`` (a Path): default ``$OUT``, else ``default``; required when both are
     unset."""

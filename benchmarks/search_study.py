@@ -30,23 +30,14 @@ import json
 import math
 from pathlib import Path
 
-
-def _key(name: str, config: dict) -> str:
-    return name + json.dumps(config, sort_keys=True)
+from benchmarks.common import config_key, timed_configs
 
 
 def study(data: dict, n_priors: int) -> list[dict]:
     from samu_tune import registry
     from samu_tune.ops.scan.problem import ScanProblem
 
-    times: dict[tuple, dict[str, float]] = {}
-    for r in data["rows"]:
-        if r["kind"] != "strategy":
-            continue
-        for mode in ("forward", "train"):
-            if r.get(f"{mode}_ms") is not None:
-                times.setdefault((tuple(r["shape"]), r["dtype"], mode), {})[
-                    _key(r["name"], r["config"])] = r[f"{mode}_ms"]
+    times = timed_configs(data["rows"])
     winners = {p: min(t, key=t.get) for p, t in times.items()}
     problems = {(shape, dtype, mode): ScanProblem(B=shape[0], L=shape[1], M=shape[2],
                                                   dtype=dtype, backward=mode == "train")
@@ -85,7 +76,7 @@ def study(data: dict, n_priors: int) -> list[dict]:
         for s in registry.all_strategies():
             if s.name == "reference" or s.reasons(problem):
                 continue
-            k = _key(s.name, s.default_config(problem).model_dump(mode="json"))
+            k = config_key(s.name, s.default_config(problem).model_dump(mode="json"))
             if k in cands and k not in priors:
                 defaults.append(k)
         best = min(cands.values())

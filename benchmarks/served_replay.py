@@ -19,9 +19,7 @@ import os
 import tempfile
 from pathlib import Path
 
-
-def _key(name: str, config) -> str:
-    return name + json.dumps(config, sort_keys=True)
+from benchmarks.common import config_key, timed_configs
 
 
 def replay(data: dict) -> list[dict]:
@@ -35,14 +33,7 @@ def replay(data: dict) -> list[dict]:
     major, minor = int(rest[0]), int(rest[1:rest.index("-")])
     dev = DeviceInfo(kind="cuda", name=name, capability=(major, minor),
                      sm_count=int(data["sm_count"]))
-    times: dict[tuple, dict[str, float]] = {}
-    for r in data["rows"]:
-        if r["kind"] != "strategy":
-            continue
-        for mode in ("forward", "train"):
-            if r.get(f"{mode}_ms") is not None:
-                times.setdefault((tuple(r["shape"]), r["dtype"], mode), {})[
-                    _key(r["name"], r["config"])] = r[f"{mode}_ms"]
+    times = timed_configs(data["rows"])
     recorded = {(tuple(s["shape"]), s["dtype"], mode): s.get(f"{mode}_vs_best")
                 for s in data.get("served", ()) for mode in ("forward", "train")}
     saved = dispatch._signature
@@ -53,7 +44,7 @@ def replay(data: dict) -> list[dict]:
             problem = ScanProblem(B=shape[0], L=shape[1], M=shape[2], dtype=dtype,
                                   backward=mode == "train")
             d = dispatch.choose(problem, policy="cached", allow_tune=False)
-            k = _key(d.strategy.name, d.config.model_dump(mode="json"))
+            k = config_key(d.strategy.name, d.config.model_dump(mode="json"))
             best = min(cands.values())
             out.append({"shape": shape, "dtype": dtype, "mode": mode,
                         "choice": f"{d.strategy.name} {d.source} {d.source_key or ''}".strip(),
