@@ -32,6 +32,40 @@ import torch
 from torch import Tensor
 
 F32 = torch.float32
+# the namespace's operators, defined and implemented here (:func:`operator`)
+_LIB = torch.library.Library("samu_tune", "DEF")
+
+
+class Operator:
+    """``samu_tune::<name>``: the schema inferred from ``fn``'s annotations (as
+    ``torch.library.custom_op`` infers it; no argument mutated), ``fn`` the kernel of every
+    device (``CompositeExplicitAutograd``), with ``register_fake`` and ``register_autograd``
+    as a custom op has them.  The dispatcher calls ``fn`` itself: ``custom_op`` puts three
+    Python wrappers between them (its device dispatch, a dynamo guard and an output aliasing
+    check) that cost host time on every call of a compiled graph.  The aliasing rule
+    still holds: the operators' outputs go through :func:`owned`."""
+
+    def __init__(self, name: str, fn) -> None:
+        self.name, self.qualname = name, f"samu_tune::{name}"
+        _LIB.define(name + torch.library.infer_schema(fn, mutates_args=()))
+        _LIB.impl(name, fn, "CompositeExplicitAutograd")
+        self.__wrapped__ = fn
+
+    def register_fake(self, fake):
+        torch.library.register_fake(self.qualname, fake, lib=_LIB)
+        return fake
+
+    def register_autograd(self, backward, *, setup_context) -> None:
+        torch.library.register_autograd(self.qualname, backward, setup_context=setup_context,
+                                        lib=_LIB)
+
+    def __call__(self, *args):
+        return getattr(torch.ops.samu_tune, self.name)(*args)
+
+
+def operator(name: str):
+    """Decorator: ``fn`` as the operator ``samu_tune::<name>`` (:class:`Operator`)."""
+    return lambda fn: Operator(name, fn)
 assume_constant = getattr(torch.compiler, "assume_constant_result", lambda f: f)
 is_compiling = getattr(torch.compiler, "is_compiling", None) or (lambda: False)
 # torch._disable_dynamo is torch.compiler.disable with the import of torch._dynamo (about 2 s

@@ -82,6 +82,22 @@ def test_compiled_scan_has_no_graph_break_and_calls_the_operators():
     assert "samu_tune.scan_fwd" in text
 
 
+def test_training_operators_are_defined_directly():
+    """The scan, layer and linear operators run their kernel function without custom_op's
+    wrappers (samu_tune.library.Operator), with their fakes and autograd registered."""
+    from torch._library import custom_ops, simple_registry
+    import samu_tune.ops.layer.library  # noqa: F401
+    import samu_tune.ops.linear.library  # noqa: F401
+    for name in ("scan_fwd", "scan_bwd", "layer_fwd", "layer_bwd", "linear_fwd", "linear_bwd"):
+        qualname = f"samu_tune::{name}"
+        assert qualname not in custom_ops.OPDEFS
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(qualname,
+                                                              "CompositeExplicitAutograd")
+        assert simple_registry.singleton.find(qualname).fake_impl.kernel is not None
+    for name in ("scan_fwd", "layer_fwd", "linear_fwd"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"samu_tune::{name}", "Autograd")
+
+
 def test_compiled_scan_without_gradients_and_final_state():
     leaves, sp = _scan_args(grad=False)
 

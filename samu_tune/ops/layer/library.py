@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from samu_tune import autograd as _grads
-from samu_tune.library import F32 as _F32, owned, strategy_arg, strategy_string
+from samu_tune.library import F32 as _F32, operator, owned, strategy_arg, strategy_string
 from samu_tune.ops.scan.library import TABLE_COLS
 
 
@@ -31,7 +31,7 @@ def _layer_config(x: Tensor, seg: Optional[Tensor], has_state: bool, scan_strate
     return cfg
 
 
-@torch.library.custom_op("samu_tune::layer_fwd", mutates_args=())
+@operator("layer_fwd")
 def layer_fwd(x: Tensor, dirs: Tensor, scales: Tensor, gamma: Tensor, nu_log: Tensor,
               theta_log: Tensor, h0_r: Optional[Tensor], h0_i: Optional[Tensor],
               segment_pos: Optional[Tensor], needs_grad: bool, scan_strategy: str
@@ -76,7 +76,7 @@ def _layer_fwd_fake(x, dirs, scales, gamma, nu_log, theta_log, h0_r, h0_i, segme
             x.new_empty((T, TABLE_COLS), dtype=_F32))
 
 
-@torch.library.custom_op("samu_tune::layer_bwd", mutates_args=())
+@operator("layer_bwd")
 def layer_bwd(d_y: Optional[Tensor], d_last_r: Optional[Tensor], d_last_i: Optional[Tensor],
               x: Tensor, dirs: Tensor, scales: Tensor, gamma: Tensor, nu_log: Tensor,
               theta_log: Tensor, h0_r: Optional[Tensor], h0_i: Optional[Tensor],

@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from samu_tune.library import F32 as _F32, owned, strategy_arg, strategy_string
+from samu_tune.library import F32 as _F32, operator, owned, strategy_arg, strategy_string
 
 
 def _linear_choice(a_r, a_i, b_r, b_i, h0_r, h0_i, reverse: bool, needs_grad: bool,
@@ -22,7 +22,7 @@ def _linear_choice(a_r, a_i, b_r, b_i, h0_r, h0_i, reverse: bool, needs_grad: bo
     return cfg
 
 
-@torch.library.custom_op("samu_tune::linear_fwd", mutates_args=())
+@operator("linear_fwd")
 def linear_fwd(a_r: Tensor, a_i: Optional[Tensor], b_r: Tensor, b_i: Optional[Tensor],
                h0_r: Optional[Tensor], h0_i: Optional[Tensor], reverse: bool,
                needs_grad: bool, strategy: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -48,7 +48,7 @@ def _linear_fwd_fake(a_r, a_i, b_r, b_i, h0_r, h0_i, reverse, needs_grad, strate
             b_r.new_empty((B, D), dtype=_F32) if complex_ else b_r.new_empty(0, dtype=_F32))
 
 
-@torch.library.custom_op("samu_tune::linear_bwd", mutates_args=())
+@operator("linear_bwd")
 def linear_bwd(g_out_r: Optional[Tensor], g_out_i: Optional[Tensor],
                g_last_r: Optional[Tensor], g_last_i: Optional[Tensor], a_r: Tensor,
                a_i: Optional[Tensor], out_r: Tensor, out_i: Optional[Tensor],

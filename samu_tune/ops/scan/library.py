@@ -8,7 +8,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from samu_tune.library import F32 as _F32, assume_constant, owned, strategy_arg, strategy_string
+from samu_tune.library import (F32 as _F32, assume_constant, operator, owned, strategy_arg,
+                               strategy_string)
 
 from samu_tune import autograd as _grads
 from samu_tune.kernels import controls
@@ -28,7 +29,7 @@ def _scan_decision(inputs: ScanInputs, needs_grad: bool, strategy: str):
     return d.strategy, d.config
 
 
-@torch.library.custom_op("samu_tune::scan_fwd", mutates_args=())
+@operator("scan_fwd")
 def scan_fwd(eta: Tensor, delta: Tensor, nu_log: Tensor, theta_log: Tensor, br: Tensor,
              bi: Tensor, h0_r: Optional[Tensor], h0_i: Optional[Tensor],
              segment_pos: Optional[Tensor], output_final_state: bool, needs_grad: bool,
@@ -66,7 +67,7 @@ def _scan_fwd_fake(eta, delta, nu_log, theta_log, br, bi, h0_r, h0_i, segment_po
             br.new_empty((B, M), dtype=_F32), br.new_empty((B * L, TABLE_COLS), dtype=_F32))
 
 
-@torch.library.custom_op("samu_tune::scan_bwd", mutates_args=())
+@operator("scan_bwd")
 def scan_bwd(d_out_r: Optional[Tensor], d_out_i: Optional[Tensor], d_last_r: Optional[Tensor],
              d_last_i: Optional[Tensor], eta: Tensor, delta: Tensor, nu_log: Tensor,
              theta_log: Tensor, h0_r: Optional[Tensor], h0_i: Optional[Tensor],
