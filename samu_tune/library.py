@@ -26,7 +26,10 @@ directly, which costs less host time per call than the dispatcher's boxed Python
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -34,21 +37,47 @@ from torch import Tensor
 F32 = torch.float32
 # the namespace's operators, defined and implemented here (:func:`operator`)
 _LIB = torch.library.Library("samu_tune", "DEF")
+# the files whose code decides the defined operators' outputs and backward formulas
+_INTERFACE_FILES = ("library.py", "ops/scan/library.py", "ops/layer/library.py",
+                    "ops/linear/library.py", "ops/scan/strategies/lookback.py",
+                    "ops/layer/fused_autograd.py", "ops/scan/controls.py")
+
+
+@functools.lru_cache(maxsize=None)
+def interface_version() -> str:
+    """The overload name of every operator :func:`operator` defines: ``i`` and 8 hex digits of
+    the sha256 of :data:`_INTERFACE_FILES` (the package version where they cannot be read).
+    torch.compile's on-disk caches (FX graph, AOTAutograd) key a graph by the names of the
+    operators it calls, not by their fakes or backward formulas: after an upgrade that
+    changed what an operator returns, a graph cached by the old version would run against
+    the new operators (an assertion at best).  A new overload name makes such a graph miss."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    try:
+        for name in _INTERFACE_FILES:
+            digest.update((root / name).read_bytes())
+    except OSError:
+        from samu_tune import __version__
+        digest.update(__version__.encode())
+    return "i" + digest.hexdigest()[:8]
 
 
 class Operator:
-    """``samu_tune::<name>``: the schema inferred from ``fn``'s annotations (as
-    ``torch.library.custom_op`` infers it; no argument mutated), ``fn`` the kernel of every
-    device (``CompositeExplicitAutograd``), with ``register_fake`` and ``register_autograd``
-    as a custom op has them.  The dispatcher calls ``fn`` itself: ``custom_op`` puts three
-    Python wrappers between them (its device dispatch, a dynamo guard and an output aliasing
-    check) that cost host time on every call of a compiled graph.  The aliasing rule
-    still holds: the operators' outputs go through :func:`owned`."""
+    """``samu_tune::<name>.<interface_version()>``: the schema inferred from ``fn``'s
+    annotations (as ``torch.library.custom_op`` infers it; no argument mutated), ``fn`` the
+    kernel of every device (``CompositeExplicitAutograd``), with ``register_fake`` and
+    ``register_autograd`` as a custom op has them; calling it calls that overload (``op``),
+    which is what a compiled graph records.  The dispatcher calls ``fn`` itself:
+    ``custom_op`` puts three Python wrappers between them (its device dispatch, a dynamo
+    guard and an output aliasing check) that cost host time on every call of a compiled
+    graph.  The aliasing rule still holds: the operators' outputs go through :func:`owned`."""
 
     def __init__(self, name: str, fn) -> None:
-        self.name, self.qualname = name, f"samu_tune::{name}"
-        _LIB.define(name + torch.library.infer_schema(fn, mutates_args=()))
-        _LIB.impl(name, fn, "CompositeExplicitAutograd")
+        version = interface_version()
+        self.name, self.qualname = name, f"samu_tune::{name}.{version}"
+        _LIB.define(f"{name}.{version}" + torch.library.infer_schema(fn, mutates_args=()))
+        _LIB.impl(f"{name}.{version}", fn, "CompositeExplicitAutograd")
+        self.op = getattr(getattr(torch.ops.samu_tune, name), version)
         self.__wrapped__ = fn
 
     def register_fake(self, fake):
@@ -60,12 +89,14 @@ class Operator:
                                         lib=_LIB)
 
     def __call__(self, *args):
-        return getattr(torch.ops.samu_tune, self.name)(*args)
+        return self.op(*args)
 
 
 def operator(name: str):
     """Decorator: ``fn`` as the operator ``samu_tune::<name>`` (:class:`Operator`)."""
     return lambda fn: Operator(name, fn)
+
+
 assume_constant = getattr(torch.compiler, "assume_constant_result", lambda f: f)
 is_compiling = getattr(torch.compiler, "is_compiling", None) or (lambda: False)
 # torch._disable_dynamo is torch.compiler.disable with the import of torch._dynamo (about 2 s

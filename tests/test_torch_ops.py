@@ -2,6 +2,8 @@
 of the scan, the SAMU layer and the decode step equal to eager calls, gradients included."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -82,20 +84,63 @@ def test_compiled_scan_has_no_graph_break_and_calls_the_operators():
     assert "samu_tune.scan_fwd" in text
 
 
-def test_training_operators_are_defined_directly():
-    """The scan, layer and linear operators run their kernel function without custom_op's
-    wrappers (samu_tune.library.Operator), with their fakes and autograd registered."""
-    from torch._library import custom_ops, simple_registry
+def _op(name: str):
+    """The operator ``samu_tune::<name>``'s one overload (its interface version)."""
     import samu_tune.ops.layer.library  # noqa: F401
     import samu_tune.ops.linear.library  # noqa: F401
+    from samu_tune.library import interface_version
+    return getattr(getattr(torch.ops.samu_tune, name), interface_version())
+
+
+def test_training_operators_are_defined_directly():
+    """The scan, layer and linear operators run their kernel function without custom_op's
+    wrappers (samu_tune.library.Operator), with their fakes and autograd registered, under
+    one overload named for the interface's code, and a compiled graph records that overload
+    (torch's compile caches key graphs by operator names)."""
+    from torch._library import custom_ops, simple_registry
+    from samu_tune.library import interface_version
+    version = interface_version()
+    assert version.startswith("i") and len(version) == 9
     for name in ("scan_fwd", "scan_bwd", "layer_fwd", "layer_bwd", "linear_fwd", "linear_bwd"):
-        qualname = f"samu_tune::{name}"
-        assert qualname not in custom_ops.OPDEFS
+        qualname = f"samu_tune::{name}.{version}"
+        assert getattr(torch.ops.samu_tune, name).overloads() == [version]
+        assert f"samu_tune::{name}" not in custom_ops.OPDEFS
         assert torch._C._dispatch_has_kernel_for_dispatch_key(qualname,
                                                               "CompositeExplicitAutograd")
         assert simple_registry.singleton.find(qualname).fake_impl.kernel is not None
     for name in ("scan_fwd", "layer_fwd", "linear_fwd"):
-        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"samu_tune::{name}", "Autograd")
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"samu_tune::{name}.{version}",
+                                                              "Autograd")
+    leaves, sp = _scan_args()
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(_scan_fn("auto", True))(leaves, sp)
+    assert f"samu_tune.scan_fwd.{version}" in "\n".join(str(g.graph) for g in explanation.graphs)
+
+
+def test_interface_version_follows_the_interface_files(tmp_path, monkeypatch):
+    """A changed interface file gives another overload name (a compiled graph cached before
+    misses); an unreadable package falls back to the package version."""
+    from samu_tune import library
+    import shutil
+    root = tmp_path / "samu_tune"
+    for name in library._INTERFACE_FILES:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(Path(library.__file__).parent / name, root / name)
+    monkeypatch.setattr(library, "__file__", str(root / "library.py"))
+    library.interface_version.cache_clear()
+    try:
+        same = library.interface_version()
+        (root / "ops/scan/library.py").write_text("# changed\n")
+        library.interface_version.cache_clear()
+        changed = library.interface_version()
+        (root / "ops/scan/library.py").unlink()
+        library.interface_version.cache_clear()
+        fallback = library.interface_version()
+    finally:
+        monkeypatch.undo()
+        library.interface_version.cache_clear()
+    assert same == library.interface_version()
+    assert len({same, changed, fallback}) == 3
 
 
 def test_compiled_scan_without_gradients_and_final_state():
@@ -135,10 +180,32 @@ def _opcheck_samples():
     yield (*leaves[:6], None, None, sp, False, False, "serial")
 
 
+@pytest.mark.parametrize("strategy,copied", [("auto", False), ("serial", True)])
+def test_scan_backward_operator_returns_the_accumulators_uncopied(strategy, copied):
+    """The look-back's zeroed gradient accumulators are the backward operator's gradient
+    block itself (its allocation holds the backward's head too); a strategy whose gradients
+    are separate tensors has them copied into a block.  The block unpacks to the eager
+    gradients."""
+    leaves, sp = _scan_args(h0=False, seg=False)
+    args = (*leaves[:6], None, None, None, True, True, strategy)
+    out_r, out_i, last_r, last_i, aux = torch.ops.samu_tune.scan_fwd(*args)
+    d = [torch.randn_like(out_r), torch.randn_like(out_i), None, None]
+    g = torch.ops.samu_tune.scan_bwd(*d, *(t.detach() for t in leaves[:4]), None, None, None,
+                                     out_r, out_i, aux, True, strategy)
+    block = g[0]
+    assert (block.untyped_storage().nbytes() == 4 * block.numel()) == copied
+    want = torch.autograd.grad((out_r, out_i), leaves[:6], d[:2])
+    B, L, M = out_r.shape
+    from samu_tune.ops.scan.grad_block import unpacked
+    got = (*unpacked(block, B, L, M), g[1], g[2])
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("i", range(3))
 def test_opcheck_scan_operators(i):
     args = list(_opcheck_samples())[i]
-    torch.library.opcheck(torch.ops.samu_tune.scan_fwd.default, args)
+    torch.library.opcheck(_op('scan_fwd'), args)
     with torch.no_grad():
         out_r, out_i, last_r, last_i, aux = torch.ops.samu_tune.scan_fwd(*args)
     d = [torch.randn_like(out_r), torch.randn_like(out_i), torch.randn_like(last_r), None]
@@ -146,7 +213,7 @@ def test_opcheck_scan_operators(i):
     bwd_args = (*d, *(t.detach() for t in (eta, delta, nu_log, theta_log)),
                 None if h0_r is None else h0_r.detach(), None if h0_i is None else h0_i.detach(),
                 sp, out_r, out_i, aux, final, strategy)
-    torch.library.opcheck(torch.ops.samu_tune.scan_bwd.default, bwd_args)
+    torch.library.opcheck(_op('scan_bwd'), bwd_args)
 
 
 # ---- the layer -------------------------------------------------------------------------------
@@ -164,9 +231,26 @@ def _layer_run(layer, f, x, state, sp):
     return [y.detach(), h_r.detach(), h_i.detach()], torch.autograd.grad(loss, leaves)
 
 
-@pytest.mark.parametrize("dtype,h0,seg", [(torch.float32, True, True),
-                                          (torch.bfloat16, False, False)])
-def test_compiled_fused_layer_equals_eager(dtype, h0, seg):
+@pytest.mark.parametrize("dtype,h0,seg,deterministic", [(torch.float32, True, True, False),
+                                                        (torch.bfloat16, False, False, False),
+                                                        (torch.float32, False, True, True)])
+def test_compiled_fused_layer_equals_eager(dtype, h0, seg, deterministic, monkeypatch):
+    """Deterministic: the chained look-back, whose gradient sums are torch reductions (the
+    operator copies them into its gradient block) instead of the zeroed accumulators."""
+    from samu_tune.ops.layer import library as layer_ops
+    packed, original = [], layer_ops.packed
+    monkeypatch.setattr(layer_ops, "packed", lambda *a, **k: packed.append(1) or original(*a, **k))
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        _compiled_layer_check(dtype, h0, seg)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert bool(packed) == deterministic
+
+
+
+def _compiled_layer_check(dtype, h0, seg):
     layer = _layer()
     g = torch.Generator().manual_seed(1)
     x = torch.randn(2, 48, 160, generator=g).to(dtype).requires_grad_(True)
@@ -215,11 +299,11 @@ def test_opcheck_layer_operators():
     p = layer.params()
     args = (x, dirs, scales, gamma, p.nu_log.detach(), p.theta_log.detach(), None, None, None,
             True, "auto")
-    torch.library.opcheck(torch.ops.samu_tune.layer_fwd.default, args)
+    torch.library.opcheck(_op('layer_fwd'), args)
     y, last_r, last_i, buf, h_r, h_i, table = torch.ops.samu_tune.layer_fwd(*args)
     bwd = (torch.randn_like(y), None, torch.randn_like(last_i), *args[:9], buf, h_r, h_i, table,
            "auto")
-    torch.library.opcheck(torch.ops.samu_tune.layer_bwd.default, bwd)
+    torch.library.opcheck(_op('layer_bwd'), bwd)
 
 
 # ---- decode ----------------------------------------------------------------------------------
@@ -353,13 +437,13 @@ def test_opcheck_linear_operators():
     h0 = torch.randn(2, 8, generator=g)
     for args in ((a_r, a_i, b_r, b_i, h0, h0.clone(), False, True, "auto"),
                  (a_r, None, b_r, None, None, None, True, True, "chunk")):
-        torch.library.opcheck(torch.ops.samu_tune.linear_fwd.default, args)
+        torch.library.opcheck(_op('linear_fwd'), args)
         out_r, out_i, last_r, last_i = torch.ops.samu_tune.linear_fwd(*args)
         complex_ = args[1] is not None
         bwd = (torch.randn_like(out_r), torch.randn_like(out_i) if complex_ else None,
                torch.randn_like(last_r), None, args[0], args[1], out_r,
                out_i if complex_ else None, args[4], args[5], args[6], args[8])
-        torch.library.opcheck(torch.ops.samu_tune.linear_bwd.default, bwd)
+        torch.library.opcheck(_op('linear_bwd'), bwd)
 
 
 def test_dynamic_shapes_compile_once_and_run_every_size():

@@ -140,9 +140,11 @@ def _backward(ctx, saved, d_y, d_last_r, d_last_i):
                p_gamma=g_gamma, sync=work.bwd_sync, kept=not _grads.in_operator(ctx))
     d_eta, d_delta, g_nu, g_theta = lb._reduced(plan, g_ctl, g_spec)
     # the controller's grad x added into the scan's (grad_x is written in place)
-    _, g_dirs, g_scales = controller.backward(x, dirs, scales, s, d_eta.contiguous(),
-                                              d_delta.contiguous(), grad_x,
-                                              checked=getattr(ctx, "checked", True))
+    _, total = controller.backward(x, dirs, scales, s, d_eta.contiguous(), d_delta.contiguous(),
+                                   grad_x, checked=getattr(ctx, "checked", True), whole=True)
+    g_dirs, g_scales = total[:, :width + 1], total[:, width + 1]
+    if _grads.in_operator(ctx):
+        ctx.dirs_block = total           # the operator returns it whole (no copies of views)
     return (g_dirs, g_scales, g_nu, g_theta, grad_x,
             g_gamma if plan.atomic else g_gamma.sum(dim=(0, 1)), gh0)
 

@@ -9,7 +9,9 @@ from torch import Tensor
 
 from samu_tune import autograd as _grads
 from samu_tune.library import F32 as _F32, operator, owned, strategy_arg, strategy_string
+from samu_tune.kernels.controller import PARTIAL_EXTRA as _PARTIAL_EXTRA
 from samu_tune.ops.scan.library import TABLE_COLS
+from samu_tune.ops.scan.grad_block import OperatorWork, grad_block_layout, packed, unpacked
 
 
 def _layer_config(x: Tensor, seg: Optional[Tensor], has_state: bool, scan_strategy: str,
@@ -82,8 +84,11 @@ def layer_bwd(d_y: Optional[Tensor], d_last_r: Optional[Tensor], d_last_i: Optio
               theta_log: Tensor, h0_r: Optional[Tensor], h0_i: Optional[Tensor],
               segment_pos: Optional[Tensor], ctl_buf: Tensor, h_r: Tensor, h_i: Tensor,
               table: Tensor, scan_strategy: str) -> list[Tensor]:
-    """The fused SAMU layer backward: [grad dirs, grad scales, grad nu_log, grad theta_log,
-    grad x, grad gamma, grad h0_r, grad h0_i (empty [0] without h0)]."""
+    """The fused SAMU layer backward: [grad dirs and grad scales as one fp32 [2, 2M + 2]
+    (dirs the first 2M + 1 columns), the gradient block (grad nu_log, theta_log, gamma at
+    their offsets of :mod:`samu_tune.ops.scan.grad_block`),
+    grad x, grad h0_r, grad h0_i (empty [0] without h0)]: the backward's buffers
+    themselves, where outputs cut from one would each be a copy."""
     from samu_tune.ops.layer import fused_autograd
     from samu_tune.ops.scan.strategies import lookback
     cfg = _layer_config(x, segment_pos, h0_r is not None, scan_strategy, True)
@@ -93,19 +98,29 @@ def layer_bwd(d_y: Optional[Tensor], d_last_r: Optional[Tensor], d_last_i: Optio
         (segment_pos, dirs, scales, c[0], c[1], c[2:], nu_log, theta_log, x, gamma, h0_r, h0_i,
          h_r, h_i, table),
         plan=lookback.LookbackPlan.of(cfg), dtypes=_grads.dtypes(h0_r, h0_i))
-    grads = fused_autograd.FusedLayer.backward(ctx, d_y, d_last_r, d_last_i)[2:]
-    grads = [g if g is not None else x.new_empty(0, dtype=_F32) for g in grads]
-    return list(owned(tuple(grads), (x, dirs, scales, gamma, nu_log, theta_log, h0_r, h0_i,
-                                      segment_pos, ctl_buf, h_r, h_i, table)))
+    B, L, width = x.shape
+    # the look-back's accumulators zeroed as the gradient block itself (grad_block)
+    work = ctx.work = (OperatorWork(ctx.plan, B, L, width // 2, x.device, fused=True)
+                       if OperatorWork.serves(ctx.plan) else None)
+    _, _, g_nu, g_theta, g_x, g_gamma, *gh0 = fused_autograd.FusedLayer.backward(
+        ctx, d_y, d_last_r, d_last_i)[2:]
+    block = (work.block if work is not None
+             else packed((None, None, g_nu, g_theta, g_gamma), B, L, width // 2, fused=True))
+    gh0 = [g if g is not None else x.new_empty(0, dtype=_F32) for g in gh0]
+    return list(owned((ctx.dirs_block, block, g_x, *gh0),
+                      (x, dirs, scales, gamma, nu_log, theta_log, h0_r, h0_i, segment_pos,
+                       ctl_buf, h_r, h_i, table)))
 
 
 @layer_bwd.register_fake
 def _layer_bwd_fake(d_y, d_last_r, d_last_i, x, dirs, scales, gamma, nu_log, theta_log, h0_r,
                     h0_i, segment_pos, ctl_buf, h_r, h_i, table, scan_strategy):
+    B, L, width = x.shape
     h0 = ([torch.empty_like(h0_r), torch.empty_like(h0_i)] if h0_r is not None
           else [x.new_empty(0, dtype=_F32), x.new_empty(0, dtype=_F32)])
-    return [torch.empty_like(dirs), torch.empty_like(scales), torch.empty_like(nu_log),
-            torch.empty_like(theta_log), torch.empty_like(x), torch.empty_like(gamma), *h0]
+    return [x.new_empty((2, width + _PARTIAL_EXTRA.value), dtype=_F32),
+            x.new_empty(grad_block_layout(B, L, width // 2, fused=True)[-1], dtype=_F32),
+            torch.empty_like(x), *h0]
 
 
 def _layer_setup(ctx, inputs, output):
@@ -120,12 +135,16 @@ def _layer_setup(ctx, inputs, output):
 def _layer_backward(ctx, d_y, d_last_r, d_last_i, *_unused):
     x, dirs, scales, gamma, nu_log, theta_log, h0_r, h0_i, seg, buf, h_r, h_i, table = \
         ctx.saved_tensors
-    g = torch.ops.samu_tune.layer_bwd(d_y, d_last_r, d_last_i, x, dirs, scales, gamma, nu_log,
+    g = layer_bwd(d_y, d_last_r, d_last_i, x, dirs, scales, gamma, nu_log,
                                       theta_log, h0_r, h0_i, seg, buf, h_r, h_i, table,
                                       ctx.scan_strategy)
-    g_dirs, g_scales, g_nu, g_theta, g_x, g_gamma = g[:6]
-    gh0 = (g[6], g[7]) if h0_r is not None else (None, None)
-    return (g_x, g_dirs, g_scales, g_gamma, g_nu, g_theta, *gh0, None, None, None)
+    dirs_block, block, g_x = g[:3]
+    B, L, width = x.shape
+    M = width // 2
+    g_nu, g_theta, g_gamma = unpacked(block, B, L, M, fused=True)[2:]
+    gh0 = (g[3], g[4]) if h0_r is not None else (None, None)
+    return (g_x, dirs_block[:, :width + 1], dirs_block[:, width + 1], g_gamma, g_nu, g_theta,
+            *gh0, None, None, None)
 
 
 layer_fwd.register_autograd(_layer_backward, setup_context=_layer_setup)
@@ -138,7 +157,7 @@ def fused_layer(x: Tensor, dirs: Tensor, scales: Tensor, gamma: Tensor, nu_log: 
     needs_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad
         for t in (x, dirs, scales, gamma, nu_log, theta_log, h0_r, h0_i))
-    y, last_r, last_i, *_ = torch.ops.samu_tune.layer_fwd(
+    y, last_r, last_i, *_ = layer_fwd(
         x, dirs, scales, gamma, nu_log, theta_log, h0_r, h0_i, seg, needs_grad,
         strategy_string(scan_strategy))
     return y, (last_r, last_i)

@@ -106,7 +106,7 @@ def _linear_backward(ctx, g_out_r, g_out_i, g_last_r, g_last_i):
     a_r, a_i, out_r, out_i, h0_r, h0_i = ctx.saved_tensors
     if a_i is None:
         g_out_i = g_last_i = None
-    g = torch.ops.samu_tune.linear_bwd(g_out_r, g_out_i, g_last_r, g_last_i, a_r, a_i, out_r,
+    g = linear_bwd(g_out_r, g_out_i, g_last_r, g_last_i, a_r, a_i, out_r,
                                        out_i, h0_r, h0_i, *ctx.args)
     complex_ = a_i is not None
     has_h0 = h0_r is not None
@@ -121,5 +121,5 @@ def linear_scan(a_r, a_i, b_r, b_i, h0_r, h0_i, *, reverse: bool, strategy="auto
     """The linear scan through the operators (traceable): (out_r, out_i, last_r, last_i)."""
     needs_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (a_r, a_i, b_r, b_i, h0_r, h0_i))
-    return torch.ops.samu_tune.linear_fwd(a_r, a_i, b_r, b_i, h0_r, h0_i, reverse, needs_grad,
+    return linear_fwd(a_r, a_i, b_r, b_i, h0_r, h0_i, reverse, needs_grad,
                                           strategy_string(strategy))

@@ -145,13 +145,15 @@ def forward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, *,
 
 def backward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, s: torch.Tensor,
              d_eta: torch.Tensor, d_delta: torch.Tensor,
-             grad_x: Optional[torch.Tensor] = None, checked: bool = True
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             grad_x: Optional[torch.Tensor] = None, checked: bool = True, whole: bool = False
+             ) -> tuple[torch.Tensor, ...]:
     """(grad x, grad dirs [2, K + 1], grad scales [2]) from fp32 contiguous ``d_eta``,
-    ``d_delta`` (T elements each) and forward's ``s``.  ``grad_x`` given (contiguous, x's
-    shape and dtype): the controller's grad x is added into it in place (no extra pass over
-    [T, K]); else a fresh one in x's dtype.  The partials are summed in a fixed order
-    (deterministic).  ValueError on operands of other shapes, dtypes or devices."""
+    ``d_delta`` (T elements each) and forward's ``s``; ``whole``: (grad x, both as one
+    contiguous fp32 [2, K + 2], grad dirs its first K + 1 columns, grad scales the last).
+    ``grad_x`` given (contiguous, x's shape and dtype): the controller's grad x is added into
+    it in place (no extra pass over [T, K]); else a fresh one in x's dtype.  The partials are
+    summed in a fixed order (deterministic).  ValueError on operands of other shapes, dtypes
+    or devices."""
     K = x.shape[-1]
     T = x.numel() // K
     if checked:
@@ -170,6 +172,8 @@ def backward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, s: torch
         x, dirs, scales, s, s.stride(0), d_eta, d_delta, grad_x, partials, T, K,
         tokens_per_program), _backward_meta(accumulate, block_k, K))
     total = partials[0] if groups == 1 else partials.sum(0)                       # [2, K + 2]
+    if whole:
+        return grad_x, total
     return grad_x, total[:, :K + 1], total[:, K + 1]
 
 

@@ -14,6 +14,7 @@ from samu_tune.library import (F32 as _F32, assume_constant, operator, owned, st
 from samu_tune import autograd as _grads
 from samu_tune.kernels import controls
 from samu_tune.ops.scan import api
+from samu_tune.ops.scan.grad_block import OperatorWork, grad_block_layout, packed, unpacked
 from samu_tune.ops.scan.tensors import ScanInputs, ScanOutput
 
 TABLE_COLS = controls.TABLE_COLS.value     # the control table's columns
@@ -73,9 +74,11 @@ def scan_bwd(d_out_r: Optional[Tensor], d_out_i: Optional[Tensor], d_last_r: Opt
              theta_log: Tensor, h0_r: Optional[Tensor], h0_i: Optional[Tensor],
              segment_pos: Optional[Tensor], out_r: Tensor, out_i: Tensor, aux: Tensor,
              output_final_state: bool, strategy: str) -> list[Tensor]:
-    """The scan backward: [grad eta, grad delta, grad nu_log, grad theta_log (their dtypes),
-    grad br, grad bi (out's dtypes), grad h0_r, grad h0_i (h0's dtypes; empty [0] without
-    h0)].  Runs the strategy the forward ran (same call signature, same memoized decision)."""
+    """The scan backward: [the gradient block (grad eta, delta, nu_log, theta_log, fp32, one
+    vector: :mod:`samu_tune.ops.scan.grad_block`; the look-back's zeroed accumulators
+    themselves, where four outputs apart would each be a copy), grad br,
+    grad bi (out's dtypes), grad h0_r, grad h0_i (h0's dtypes; empty [0] without h0)].  Runs
+    the strategy the forward ran (same call signature, same memoized decision)."""
     h0 = (h0_r, h0_i) if h0_r is not None else None
     inputs = ScanInputs(eta, delta, nu_log, theta_log, out_r, out_i, h0, segment_pos,
                         output_final_state)
@@ -98,19 +101,24 @@ def scan_bwd(d_out_r: Optional[Tensor], d_out_i: Optional[Tensor], d_last_r: Opt
             zero = out_r.new_zeros((B, M), dtype=_F32)
             d_last_r = zero if d_last_r is None else d_last_r
             d_last_i = zero if d_last_i is None else d_last_i
+    # the look-back's accumulators zeroed as the gradient block itself (grad_block)
+    work = ctx.work = OperatorWork(plan, B, L, M, out_r.device) if OperatorWork.serves(
+        plan) else None
     grads = function.backward(ctx, d_out_r, d_out_i, d_last_r, d_last_i)[2:]
-    grads = [g if g is not None else eta.new_empty(0) for g in grads]
-    return list(owned(tuple(grads), (eta, delta, nu_log, theta_log, h0_r, h0_i,
-                                      segment_pos, out_r, out_i, aux)))
+    block = work.block if work is not None else packed(grads[:4], B, L, M)
+    rest = [g if g is not None else eta.new_empty(0) for g in grads[4:]]
+    return list(owned((block, *rest), (eta, delta, nu_log, theta_log, h0_r, h0_i,
+                                       segment_pos, out_r, out_i, aux)))
 
 
 @scan_bwd.register_fake
 def _scan_bwd_fake(d_out_r, d_out_i, d_last_r, d_last_i, eta, delta, nu_log, theta_log,
                    h0_r, h0_i, segment_pos, out_r, out_i, aux, output_final_state, strategy):
+    B, L, M = out_r.shape
     h0 = ([torch.empty_like(h0_r), torch.empty_like(h0_i)] if h0_r is not None
           else [eta.new_empty(0), eta.new_empty(0)])
-    return [torch.empty_like(eta), torch.empty_like(delta), torch.empty_like(nu_log),
-            torch.empty_like(theta_log), torch.empty_like(out_r), torch.empty_like(out_i), *h0]
+    return [eta.new_empty(grad_block_layout(B, L, M)[-1], dtype=_F32),
+            torch.empty_like(out_r), torch.empty_like(out_i), *h0]
 
 
 def _scan_setup(ctx, inputs, output):
@@ -123,10 +131,13 @@ def _scan_setup(ctx, inputs, output):
 
 def _scan_backward(ctx, d_out_r, d_out_i, d_last_r, d_last_i, _d_aux):
     eta, delta, nu_log, theta_log, h0_r, h0_i, seg, out_r, out_i, aux = ctx.saved_tensors
-    g = torch.ops.samu_tune.scan_bwd(d_out_r, d_out_i, d_last_r, d_last_i, eta, delta, nu_log,
-                                     theta_log, h0_r, h0_i, seg, out_r, out_i, aux, *ctx.args)
-    gh0 = (g[6], g[7]) if h0_r is not None else (None, None)
-    return (*g[:6], *gh0, None, None, None, None)
+    g = scan_bwd(d_out_r, d_out_i, d_last_r, d_last_i, eta, delta, nu_log, theta_log, h0_r,
+                 h0_i, seg, out_r, out_i, aux, *ctx.args)
+    B, L, M = out_r.shape
+    gh0 = (g[3], g[4]) if h0_r is not None else (None, None)
+    casts = (g.to(t.dtype) for g, t in zip(unpacked(g[0], B, L, M),
+                                           (eta, delta, nu_log, theta_log)))
+    return (*casts, g[1], g[2], *gh0, None, None, None, None)
 
 
 scan_fwd.register_autograd(_scan_backward, setup_context=_scan_setup)
@@ -152,7 +163,7 @@ def scan(inputs: ScanInputs, strategy="auto") -> ScanOutput:
     needs_grad = torch.is_grad_enabled() and any(
         t.requires_grad for t in inputs.differentiable())
     h0_r, h0_i = inputs.initial_state if inputs.initial_state is not None else (None, None)
-    out_r, out_i, last_r, last_i, _ = torch.ops.samu_tune.scan_fwd(
+    out_r, out_i, last_r, last_i, _ = scan_fwd(
         inputs.eta, inputs.delta, inputs.nu_log, inputs.theta_log, inputs.br, inputs.bi,
         h0_r, h0_i, inputs.segment_pos, inputs.output_final_state, needs_grad,
         strategy_string(strategy))
