@@ -37,8 +37,8 @@ def _device(data: dict):
         shipped = sorted(p.stem for p in cache.shipped_path(f"{stem}-sm90-132sm").parent.glob(
             f"{stem}-sm*.json"))
         sig = shipped[0] if shipped else f"{stem}-sm90-132sm"
-    major, minor, sms = re.fullmatch(r".*-sm(\d)(\d+)-(\d+)sm", sig).groups()
-    return DeviceInfo(kind="cuda", name=name, capability=(int(major), int(minor)),
+    cc, sms = re.fullmatch(r".*-sm(\d+)-(\d+)sm", sig).groups()     # "90", "100": minor last
+    return DeviceInfo(kind="cuda", name=name, capability=(int(cc[:-1]), int(cc[-1])),
                       sm_count=int(sms))
 
 
@@ -95,6 +95,12 @@ def _remember_forward(row: dict, dev) -> None:
         dev.signature())
 
 
+def _forward_key(key: str) -> str:
+    """The key of the forward problem of the same shape and features as ``key``."""
+    from samu_tune.ops.scan.problem import ScanProblem
+    return ScanProblem.from_key(key).model_copy(update={"backward": False}).key()
+
+
 def replay(files: list[Path], patience: int) -> list[dict]:
     """Each case in a fresh, empty user cache: a forward case as on a new machine (priors
     from the shipped table), a train case with its shape's replayed forward pick stored (of
@@ -116,7 +122,7 @@ def replay(files: list[Path], patience: int) -> list[dict]:
             os.environ["SAMU_TUNE_CACHE_DIR"] = empty
             reload_settings()
             cache.invalidate()
-            shape = case["key"].rsplit("-", 1)[0]
+            shape = _forward_key(case["key"])
             if case["mode"] == "train":
                 picks = forward.get((dev.signature(), shape), {})
                 if picks:
@@ -124,8 +130,7 @@ def replay(files: list[Path], patience: int) -> list[dict]:
             row = {"run": run, **replay_case(case, dev, patience)}
         rows.append(row)
         if case["mode"] == "forward" and row["pick"] is not None:
-            forward.setdefault((dev.signature(), row["problem"].key().rsplit("-", 1)[0]),
-                               {})[run] = row
+            forward.setdefault((dev.signature(), _forward_key(case["key"])), {})[run] = row
     cache.invalidate()
     return rows
 

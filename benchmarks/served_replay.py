@@ -29,9 +29,8 @@ def replay(data: dict) -> list[dict]:
     from samu_tune.device import DeviceInfo
     from samu_tune.ops.scan.problem import ScanProblem
 
-    name, _, rest = data["signature"].rpartition("-sm")
-    major, minor = int(rest[0]), int(rest[1:rest.index("-")])
-    dev = DeviceInfo(kind="cuda", name=name, capability=(major, minor),
+    cc = data["signature"].rpartition("-sm")[2].split("-")[0]     # "90", "100": minor last
+    dev = DeviceInfo(kind="cuda", name=data["device"], capability=(int(cc[:-1]), int(cc[-1])),
                      sm_count=int(data["sm_count"]))
     times = timed_configs(data["rows"])
     recorded = {(tuple(s["shape"]), s["dtype"], mode): s.get(f"{mode}_vs_best")

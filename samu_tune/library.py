@@ -38,9 +38,10 @@ F32 = torch.float32
 # the namespace's operators, defined and implemented here (:func:`operator`)
 _LIB = torch.library.Library("samu_tune", "DEF")
 # the files whose code decides the defined operators' outputs and backward formulas
-_INTERFACE_FILES = ("library.py", "ops/scan/library.py", "ops/layer/library.py",
-                    "ops/linear/library.py", "ops/scan/strategies/lookback.py",
-                    "ops/layer/fused_autograd.py", "ops/scan/controls.py")
+_INTERFACE_FILES = ("library.py", "autograd.py", "ops/scan/library.py",
+                    "ops/scan/grad_block.py", "ops/layer/library.py", "ops/linear/library.py",
+                    "ops/scan/strategies/lookback.py", "ops/layer/fused_autograd.py",
+                    "ops/scan/controls.py", "kernels/controller.py", "kernels/controls.py")
 
 
 @functools.lru_cache(maxsize=None)
@@ -65,8 +66,9 @@ def interface_version() -> str:
 class Operator:
     """``samu_tune::<name>.<interface_version()>``: the schema inferred from ``fn``'s
     annotations (as ``torch.library.custom_op`` infers it; no argument mutated), ``fn`` the
-    kernel of every device (``CompositeExplicitAutograd``), with ``register_fake`` and
-    ``register_autograd`` as a custom op has them; calling it calls that overload (``op``),
+    kernel of every device (``CompositeExplicitAutograd``), tagged PT2-compliant and with
+    ``register_fake`` and ``register_autograd`` as a custom op has them; calling it calls that
+    overload (``op``),
     which is what a compiled graph records.  The dispatcher calls ``fn`` itself:
     ``custom_op`` puts three Python wrappers between them (its device dispatch, a dynamo
     guard and an output aliasing check) that cost host time on every call of a compiled
@@ -75,7 +77,8 @@ class Operator:
     def __init__(self, name: str, fn) -> None:
         version = interface_version()
         self.name, self.qualname = name, f"samu_tune::{name}.{version}"
-        _LIB.define(f"{name}.{version}" + torch.library.infer_schema(fn, mutates_args=()))
+        _LIB.define(f"{name}.{version}" + torch.library.infer_schema(fn, mutates_args=()),
+                    tags=(torch.Tag.pt2_compliant_tag,))
         _LIB.impl(f"{name}.{version}", fn, "CompositeExplicitAutograd")
         self.op = getattr(getattr(torch.ops.samu_tune, name), version)
         self.__wrapped__ = fn

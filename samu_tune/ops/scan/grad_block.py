@@ -7,7 +7,9 @@ copy launches per call under ``torch.compile``.  Instead the operator returns th
 fp32 vector, the block, and the autograd formula around it cuts the views (free in a
 compiled graph).  The block is the accumulators' own allocation: :class:`OperatorWork`
 zeroes it, accumulators first and the backward's look-back head after them, and hands it to
-the strategy's backward in place of the buffers an eager forward zeroed (``ctx.work``)."""
+the strategy's backward in place of the buffers an eager forward zeroed (``ctx.work``).  A
+leaf's ``.grad`` taken from the block is a view of it, so the allocation (2 B L + 2-3 M
+words and the head: 128 KB at B L = 16384) lives as long as any of those gradients."""
 from __future__ import annotations
 
 import math
@@ -39,10 +41,11 @@ def unpacked(block: torch.Tensor, B, L, M, fused: bool = False) -> tuple:
 
 def packed(grads, B: int, L: int, M: int, fused: bool = False) -> torch.Tensor:
     """A new block holding ``grads`` (grad eta, delta, nu_log, theta_log[, gamma]; a None
-    leaves its words unwritten), for strategies whose gradients are tensors apart."""
+    leaves its words zero), for strategies whose gradients are tensors apart.  Zero-filled:
+    the padding too, so that an operator's output is the same on every call."""
     *offsets, total = grad_block_layout(B, L, M, fused)
     like = next(g for g in grads if g is not None)
-    block = like.new_empty(total, dtype=torch.float32)
+    block = like.new_zeros(total, dtype=torch.float32)
     for g, at in zip(grads, offsets):
         if g is not None:
             block[at:at + g.numel()].copy_(g.reshape(-1))

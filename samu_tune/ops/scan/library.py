@@ -135,8 +135,8 @@ def _scan_backward(ctx, d_out_r, d_out_i, d_last_r, d_last_i, _d_aux):
                  h0_i, seg, out_r, out_i, aux, *ctx.args)
     B, L, M = out_r.shape
     gh0 = (g[3], g[4]) if h0_r is not None else (None, None)
-    casts = (g.to(t.dtype) for g, t in zip(unpacked(g[0], B, L, M),
-                                           (eta, delta, nu_log, theta_log)))
+    casts = (grad.to(t.dtype) for grad, t in zip(unpacked(g[0], B, L, M),
+                                                 (eta, delta, nu_log, theta_log)))
     return (*casts, g[1], g[2], *gh0, None, None, None, None)
 
 
