@@ -104,6 +104,25 @@ def timed_configs(rows: list[dict]) -> dict[tuple, dict[str, float]]:
     return times
 
 
+def run_device(data: dict):
+    """The GPU of a recorded benchmark run (``bench.json`` / ``bench_tuner.json``) as
+    :class:`samu_tune.device.DeviceInfo`: its recorded signature, else the shipped table's of
+    the same name, else the name on sm90 with 132 SMs (the H100 SXM and H200 of the recorded
+    runs)."""
+    from samu_tune import cache
+    from samu_tune.device import DeviceInfo
+    name = data["device"]
+    sig = data.get("signature")
+    if sig is None:
+        stem = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")
+        shipped = sorted(p.stem for p in cache.shipped_path(f"{stem}-sm90-132sm").parent.glob(
+            f"{stem}-sm*.json"))
+        sig = shipped[0] if shipped else f"{stem}-sm90-132sm"
+    cc, sms = re.fullmatch(r".*-sm(\d+)-(\d+)sm", sig).groups()     # "90", "100": minor last
+    return DeviceInfo(kind="cuda", name=name, capability=(int(cc[:-1]), int(cc[-1])),
+                      sm_count=int(sms))
+
+
 def config_key(name: str, config) -> str:
     """A strategy's name and config as one string (keys of :func:`timed_configs`)."""
     return name + json.dumps(config, sort_keys=True)

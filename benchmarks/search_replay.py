@@ -22,24 +22,7 @@ import os
 import tempfile
 from pathlib import Path
 
-
-def _device(data: dict):
-    """The run's GPU as :class:`samu_tune.device.DeviceInfo`: its recorded signature, else
-    the shipped table's of the same name, else the name on sm90 with 132 SMs (the H100 SXM
-    and H200 of the recorded runs)."""
-    import re
-    from samu_tune import cache
-    from samu_tune.device import DeviceInfo
-    name = data["device"]
-    sig = data.get("signature")
-    if sig is None:
-        stem = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")
-        shipped = sorted(p.stem for p in cache.shipped_path(f"{stem}-sm90-132sm").parent.glob(
-            f"{stem}-sm*.json"))
-        sig = shipped[0] if shipped else f"{stem}-sm90-132sm"
-    cc, sms = re.fullmatch(r".*-sm(\d+)-(\d+)sm", sig).groups()     # "90", "100": minor last
-    return DeviceInfo(kind="cuda", name=name, capability=(int(cc[:-1]), int(cc[-1])),
-                      sm_count=int(sms))
+from benchmarks.common import run_device
 
 
 def replay_case(case: dict, dev, patience: int) -> dict:
@@ -110,7 +93,7 @@ def replay(files: list[Path], patience: int) -> list[dict]:
     cases = []
     for f in files:
         data = json.loads(f.read_text())
-        dev = _device(data)
+        dev = run_device(data)
         run = "/".join(f.resolve().parts[-4:-2])
         cases += [(run, dev, c) for c in data["cases"]
                   if c.get("exhaustive", {}).get("rows")

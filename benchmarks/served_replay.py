@@ -19,19 +19,16 @@ import os
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import config_key, timed_configs
+from benchmarks.common import config_key, run_device, timed_configs
 
 
 def replay(data: dict) -> list[dict]:
     """One row per (shape, dtype, mode): the served choice now, its source and its time over
     the file's best (None where not timed), and the ratio the run recorded."""
     from samu_tune import dispatch
-    from samu_tune.device import DeviceInfo
     from samu_tune.ops.scan.problem import ScanProblem
 
-    cc = data["signature"].rpartition("-sm")[2].split("-")[0]     # "90", "100": minor last
-    dev = DeviceInfo(kind="cuda", name=data["device"], capability=(int(cc[:-1]), int(cc[-1])),
-                     sm_count=int(data["sm_count"]))
+    dev = run_device(data)
     times = timed_configs(data["rows"])
     recorded = {(tuple(s["shape"]), s["dtype"], mode): s.get(f"{mode}_vs_best")
                 for s in data.get("served", ()) for mode in ("forward", "train")}

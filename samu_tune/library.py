@@ -68,8 +68,8 @@ class Operator:
     annotations (as ``torch.library.custom_op`` infers it; no argument mutated), ``fn`` the
     kernel of every device (``CompositeExplicitAutograd``), tagged PT2-compliant and with
     ``register_fake`` and ``register_autograd`` as a custom op has them; calling it calls that
-    overload (``op``),
-    which is what a compiled graph records.  The dispatcher calls ``fn`` itself:
+    overload (``op``), which is what a compiled graph records.  The dispatcher calls ``fn``
+    itself:
     ``custom_op`` puts three Python wrappers between them (its device dispatch, a dynamo
     guard and an output aliasing check) that cost host time on every call of a compiled
     graph.  The aliasing rule still holds: the operators' outputs go through :func:`owned`."""

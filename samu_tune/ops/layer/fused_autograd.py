@@ -142,7 +142,7 @@ def _backward(ctx, saved, d_y, d_last_r, d_last_i):
     # the controller's grad x added into the scan's (grad_x is written in place)
     _, total = controller.backward(x, dirs, scales, s, d_eta.contiguous(), d_delta.contiguous(),
                                    grad_x, checked=getattr(ctx, "checked", True), whole=True)
-    g_dirs, g_scales = total[:, :width + 1], total[:, width + 1]
+    g_dirs, g_scales = controller.dirs_and_scales(total)
     if _grads.in_operator(ctx):
         ctx.dirs_block = total           # the operator returns it whole (no copies of views)
     return (g_dirs, g_scales, g_nu, g_theta, grad_x,

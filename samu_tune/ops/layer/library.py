@@ -10,6 +10,7 @@ from torch import Tensor
 from samu_tune import autograd as _grads
 from samu_tune.library import F32 as _F32, operator, owned, strategy_arg, strategy_string
 from samu_tune.kernels.controller import PARTIAL_EXTRA as _PARTIAL_EXTRA
+from samu_tune.ops.scan.controls import dirs_and_scales
 from samu_tune.ops.scan.library import TABLE_COLS
 from samu_tune.ops.scan.grad_block import OperatorWork, grad_block_layout, packed, unpacked
 
@@ -86,9 +87,9 @@ def layer_bwd(d_y: Optional[Tensor], d_last_r: Optional[Tensor], d_last_i: Optio
               table: Tensor, scan_strategy: str) -> list[Tensor]:
     """The fused SAMU layer backward: [grad dirs and grad scales as one fp32 [2, 2M + 2]
     (dirs the first 2M + 1 columns), the gradient block (grad nu_log, theta_log, gamma at
-    their offsets of :mod:`samu_tune.ops.scan.grad_block`),
-    grad x, grad h0_r, grad h0_i (empty [0] without h0)]: the backward's buffers
-    themselves, where outputs cut from one would each be a copy."""
+    their offsets of :mod:`samu_tune.ops.scan.grad_block`), grad x, grad h0_r, grad h0_i
+    (empty [0] without h0)]: the backward's buffers themselves, where outputs cut from one
+    would each be a copy."""
     from samu_tune.ops.layer import fused_autograd
     from samu_tune.ops.scan.strategies import lookback
     cfg = _layer_config(x, segment_pos, h0_r is not None, scan_strategy, True)
@@ -135,16 +136,13 @@ def _layer_setup(ctx, inputs, output):
 def _layer_backward(ctx, d_y, d_last_r, d_last_i, *_unused):
     x, dirs, scales, gamma, nu_log, theta_log, h0_r, h0_i, seg, buf, h_r, h_i, table = \
         ctx.saved_tensors
-    g = layer_bwd(d_y, d_last_r, d_last_i, x, dirs, scales, gamma, nu_log,
-                                      theta_log, h0_r, h0_i, seg, buf, h_r, h_i, table,
-                                      ctx.scan_strategy)
+    g = layer_bwd(d_y, d_last_r, d_last_i, x, dirs, scales, gamma, nu_log, theta_log, h0_r,
+                  h0_i, seg, buf, h_r, h_i, table, ctx.scan_strategy)
     dirs_block, block, g_x = g[:3]
     B, L, width = x.shape
-    M = width // 2
-    g_nu, g_theta, g_gamma = unpacked(block, B, L, M, fused=True)[2:]
+    g_nu, g_theta, g_gamma = unpacked(block, B, L, width // 2, fused=True)[2:]
     gh0 = (g[3], g[4]) if h0_r is not None else (None, None)
-    return (g_x, dirs_block[:, :width + 1], dirs_block[:, width + 1], g_gamma, g_nu, g_theta,
-            *gh0, None, None, None)
+    return (g_x, *dirs_and_scales(dirs_block), g_gamma, g_nu, g_theta, *gh0, None, None, None)
 
 
 layer_fwd.register_autograd(_layer_backward, setup_context=_layer_setup)

@@ -106,8 +106,8 @@ def _linear_backward(ctx, g_out_r, g_out_i, g_last_r, g_last_i):
     a_r, a_i, out_r, out_i, h0_r, h0_i = ctx.saved_tensors
     if a_i is None:
         g_out_i = g_last_i = None
-    g = linear_bwd(g_out_r, g_out_i, g_last_r, g_last_i, a_r, a_i, out_r,
-                                       out_i, h0_r, h0_i, *ctx.args)
+    g = linear_bwd(g_out_r, g_out_i, g_last_r, g_last_i, a_r, a_i, out_r, out_i, h0_r, h0_i,
+                   *ctx.args)
     complex_ = a_i is not None
     has_h0 = h0_r is not None
     return (g[0], g[1] if complex_ else None, g[2], g[3] if complex_ else None,
@@ -122,4 +122,4 @@ def linear_scan(a_r, a_i, b_r, b_i, h0_r, h0_i, *, reverse: bool, strategy="auto
     needs_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (a_r, a_i, b_r, b_i, h0_r, h0_i))
     return linear_fwd(a_r, a_i, b_r, b_i, h0_r, h0_i, reverse, needs_grad,
-                                          strategy_string(strategy))
+                      strategy_string(strategy))

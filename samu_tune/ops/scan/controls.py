@@ -172,9 +172,14 @@ def backward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, s: torch
         x, dirs, scales, s, s.stride(0), d_eta, d_delta, grad_x, partials, T, K,
         tokens_per_program), _backward_meta(accumulate, block_k, K))
     total = partials[0] if groups == 1 else partials.sum(0)                       # [2, K + 2]
-    if whole:
-        return grad_x, total
-    return grad_x, total[:, :K + 1], total[:, K + 1]
+    return (grad_x, total) if whole else (grad_x, *dirs_and_scales(total))
+
+
+def dirs_and_scales(total: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(grad dirs [2, K + 1], grad scales [2]): views of the controller's summed gradients
+    ``total`` [2, K + 2] (:func:`backward` with ``whole``)."""
+    K1 = total.shape[1] - 1
+    return total[:, :K1], total[:, K1]
 
 
 class _Controller(torch.autograd.Function):

@@ -23,7 +23,7 @@ def grad_block_layout(B, L, M, fused: bool = False) -> tuple:
     """Word offsets of grad eta, grad delta, grad nu_log, grad theta_log (and grad gamma when
     ``fused``) in a gradient block, then its length; each 16-byte aligned, as the look-back
     lays out its accumulators (B, L, M may be symbolic)."""
-    ctl_w, m_w = (B * L + 3) // 4 * 4, (M + 3) // 4 * 4
+    ctl_w, m_w = lb._words16(B * L), lb._words16(M)
     offsets = (0, ctl_w, 2 * ctl_w, 2 * ctl_w + m_w)
     if fused:
         offsets += (2 * ctl_w + 2 * m_w,)
@@ -63,7 +63,7 @@ class OperatorWork:
         *_, acc = grad_block_layout(B, L, M, fused)
         self.zeroed = torch.zeros(acc + lb._head_words(B, L, M, plan), dtype=torch.int32,
                                   device=device)
-        self.acc, self.shape, self.fused = acc, (B, L, M), fused
+        self.acc = acc
         self.block = self.zeroed.view(torch.float32).as_strided((acc,), (1,), 0)
 
     @staticmethod

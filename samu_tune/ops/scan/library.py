@@ -76,9 +76,9 @@ def scan_bwd(d_out_r: Optional[Tensor], d_out_i: Optional[Tensor], d_last_r: Opt
              output_final_state: bool, strategy: str) -> list[Tensor]:
     """The scan backward: [the gradient block (grad eta, delta, nu_log, theta_log, fp32, one
     vector: :mod:`samu_tune.ops.scan.grad_block`; the look-back's zeroed accumulators
-    themselves, where four outputs apart would each be a copy), grad br,
-    grad bi (out's dtypes), grad h0_r, grad h0_i (h0's dtypes; empty [0] without h0)].  Runs
-    the strategy the forward ran (same call signature, same memoized decision)."""
+    themselves, where four outputs apart would each be a copy), grad br, grad bi (out's
+    dtypes), grad h0_r, grad h0_i (h0's dtypes; empty [0] without h0)].  Runs the strategy
+    the forward ran (same call signature, same memoized decision)."""
     h0 = (h0_r, h0_i) if h0_r is not None else None
     inputs = ScanInputs(eta, delta, nu_log, theta_log, out_r, out_i, h0, segment_pos,
                         output_final_state)
