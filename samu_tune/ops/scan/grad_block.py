@@ -75,7 +75,11 @@ class OperatorWork:
     def for_backward(self, plan, B: int, L: int, M: int, device: torch.device,
                      fused: bool = False) -> "lb._Backward":
         out = lb._Backward(self.zeroed[self.acc:])
-        views = unpacked(self.block, B, L, M, fused)
+        # one as_strided per view (the traced formula's unpacked takes two ops per view)
+        *offsets, _ = grad_block_layout(B, L, M, fused)
+        acc = self.block
+        views = tuple(acc.as_strided(shape, stride, at) for at, shape, stride in zip(
+            offsets, ((B, L), (B, L), (M,), (M,), (M,)), ((L, 1), (L, 1), (1,), (1,), (1,))))
         out.g_ctl, out.g_spec = views[:2], views[2:4]
         if fused:
             out.g_gamma = views[4]
