@@ -530,7 +530,9 @@ def test_gpu_lookback_direct_and_through_triton_bitwise_equal(inner, monkeypatch
 def test_every_launch_site_passes_its_kept_keyword_dict(monkeypatch):
     """The scan, the fused layer (controller, operands, scan) and the decode step launch with
     ``FastKernel.launch``: a second identical call passes the very same keyword dicts as the
-    first (a fresh dict per call would miss the direct path's key every time)."""
+    first (a fresh dict per call would miss the direct path's key every time).  The operands
+    kernel runs forward in a no-grad layer forward (its result kept between such calls:
+    invalidated here); a training forward's controller writes the operands itself."""
     import samu_tune
     seen: dict = {}
     original = FastKernel.launch
@@ -548,6 +550,8 @@ def test_every_launch_site_passes_its_kept_keyword_dict(monkeypatch):
         y, _ = layer(x)
         y.sum().backward()
         with torch.no_grad():
+            layer.invalidate_decode_cache()        # the no-grad forward's operands again
+            layer(x)
             layer.step(x[:, 0].detach())
             samu_tune.scan(torch.randn(1, 40), torch.randn(1, 40), torch.randn(8) - 1,
                            torch.randn(8), torch.randn(1, 40, 8), torch.randn(1, 40, 8),

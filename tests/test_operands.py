@@ -37,3 +37,33 @@ def test_operands_without_gradients_build_no_graph():
     with torch.no_grad():
         dirs, scales, gamma = fused.operands(params)
     assert not dirs.requires_grad and dirs.shape == (2, 33) and gamma.shape == (16,)
+
+
+@pytest.mark.parametrize("M,T", [(5, 14), (600, 14), (40, 70)])
+@pytest.mark.parametrize("zero_direction", [False, True])
+def test_controller_raw_forward_writes_the_operands_and_the_same_controls(M, T, zero_direction):
+    """The controller's forward from the raw parameters (the fused layer's training forward)
+    writes the operands kernel's dirs, scales and gamma and the controls the controller
+    computes from them, bitwise: M = 600 has more operand jobs (2 + 2) than the controller
+    has programs at T = 14 (one), T = 70 more programs than jobs."""
+    from samu_tune.ops.layer import operands
+    from samu_tune.ops.scan import controls
+    layer = samu_tune.SAMU(modes=M, generator=torch.Generator().manual_seed(M))
+    with torch.no_grad():
+        layer.phase_direction.mul_(3.0)
+        if zero_direction:
+            layer.radial_direction.zero_()
+    raw = [t.detach().contiguous() for t in (layer.phase_direction, layer.radial_direction,
+                                             layer.phase_amplitude, layer.radial_amplitude,
+                                             layer.nu_log)]
+    x = torch.randn(T, 2 * M, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    seg = (torch.arange(T) % 9).to(torch.int32)
+    want_ops = operands.compute(*raw)
+    want = controls.forward(x, want_ops[0], want_ops[1], table=True, seg=seg)
+    got_ops = operands.empty(2 * M + 1, M, x.device)
+    for t in got_ops:
+        t.fill_(float("nan"))
+    got = controls.forward(x, got_ops[0], got_ops[1], table=True, seg=seg, checked=False,
+                           raw=(*raw, got_ops[2]))
+    for g, w in zip((*got_ops, *got), (*want_ops, *want)):
+        assert torch.equal(g, w)

@@ -24,23 +24,52 @@ import triton.language as tl
 
 from samu_tune.kernels.complex_math import tanh
 from samu_tune.kernels.controls import store_rows
+from samu_tune.kernels.operands import norm, operands_job
 
 # fp32 columns per (program, c) row of the backward partials: grad D[c, :K+1], grad S_c
 PARTIAL_EXTRA = tl.constexpr(2)
 
 
-@triton.jit(do_not_specialize=["T", "K", "out_stride"])
-def controller_forward(x_ptr, dirs_ptr, scales_ptr, out_ptr, out_stride, table_ptr, seg_ptr, T,
-                       K, HAS_TABLE: tl.constexpr, HAS_RESETS: tl.constexpr,
-                       BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, K_ALIGN: tl.constexpr = 1):
+@triton.jit(do_not_specialize=["T", "K", "out_stride", "M"])
+def controller_forward(x_ptr, dirs_ptr, scales_ptr, out_ptr, out_stride, table_ptr, seg_ptr,
+                       pd_ptr, rd_ptr, pa_ptr, ra_ptr, nu_log_ptr, gamma_ptr, T, K, M,
+                       inv_sqrt_m, HAS_TABLE: tl.constexpr, HAS_RESETS: tl.constexpr,
+                       BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, K_ALIGN: tl.constexpr = 1,
+                       RAW: tl.constexpr = False, RAW_BLOCK: tl.constexpr = 512):
     """Grid (cdiv(T, BLOCK_T),): one program per BLOCK_T tokens walks K in [BLOCK_T, BLOCK_K]
     tiles.  Writes the rows of out [4, T] (``out_stride`` apart) fp32: eta, delta, s_0 and r
     (s_0 and r are what backward needs instead of x's dot products; one base pointer, not
     four: each view passed costs the host a tensor operation) and, when HAS_TABLE, the scan's
     control-table rows of the tokens (:func:`samu_tune.kernels.controls.store_rows`; seg [T]
-    resets them)."""
+    resets them).
+
+    RAW: the SAMU layer's raw parameters instead of the unit directions and scales (the
+    operands, :mod:`samu_tune.kernels.operands`): phase and radial directions pd, rd [K + 1],
+    amplitudes pa, ra (0-d), nu_log [M].  Every program normalises the directions itself
+    (two passes over K + 1 entries, read from L2: the reduction of the operands kernel,
+    ``RAW_BLOCK`` wide, so the unit directions agree bitwise), and the programs also write the
+    operands into dirs [2, K + 1], scales [2] and gamma [M] (its jobs, grid-strided), which
+    the scan and backward read: the operands launch is folded into this one."""
     if K_ALIGN > 1:
         K = K // K_ALIGN * K_ALIGN
+    if RAW:
+        n_p = norm(pd_ptr, K + 1, RAW_BLOCK)
+        n_r = norm(rd_ptr, K + 1, RAW_BLOCK)
+        src_p = pd_ptr
+        src_r = rd_ptr
+        sc_p = tanh(tl.load(pa_ptr)) * inv_sqrt_m
+        sc_r = tanh(tl.load(ra_ptr)) * inv_sqrt_m
+        n_jobs = 2 + tl.cdiv(M, RAW_BLOCK)
+        for job in range(tl.program_id(0), n_jobs, tl.num_programs(0)):
+            operands_job(job, pd_ptr, rd_ptr, pa_ptr, ra_ptr, nu_log_ptr, dirs_ptr, scales_ptr,
+                         gamma_ptr, K + 1, M, inv_sqrt_m, RAW_BLOCK)
+    else:
+        n_p = 1.0
+        n_r = 1.0
+        src_p = dirs_ptr
+        src_r = dirs_ptr + (K + 1)
+        sc_p = tl.load(scales_ptr)
+        sc_r = tl.load(scales_ptr + 1)
     tok = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)        # [BLOCK_T]
     ok = tok < T
     offs = tl.arange(0, BLOCK_K)                                                  # [BLOCK_K]
@@ -53,14 +82,15 @@ def controller_forward(x_ptr, dirs_ptr, scales_ptr, out_ptr, out_stride, table_p
         cm = col < K
         # [BLOCK_T, BLOCK_K]
         xv = tl.load(rows + col[None, :], mask=ok[:, None] & cm[None, :], other=0.0).to(tl.float32)
-        d_p = tl.load(dirs_ptr + col, mask=cm, other=0.0)
-        d_r = tl.load(dirs_ptr + (K + 1) + col, mask=cm, other=0.0)
+        # unit directions (RAW: divided here, as the operands kernel divides them)
+        d_p = tl.load(src_p + col, mask=cm, other=0.0) / n_p
+        d_r = tl.load(src_r + col, mask=cm, other=0.0) / n_r
         acc_p += xv * d_p[None, :]
         acc_r += xv * d_r[None, :]
-    s_p = tanh(tl.sum(acc_p, axis=1) + tl.load(dirs_ptr + K))                    # [BLOCK_T]
-    r = tanh(tl.sum(acc_r, axis=1) + tl.load(dirs_ptr + 2 * K + 1))
-    delta = tl.load(scales_ptr) * s_p
-    eta = tl.load(scales_ptr + 1) * r / (1.0 + r * r)
+    s_p = tanh(tl.sum(acc_p, axis=1) + tl.load(src_p + K) / n_p)                  # [BLOCK_T]
+    r = tanh(tl.sum(acc_r, axis=1) + tl.load(src_r + K) / n_r)
+    delta = sc_p * s_p
+    eta = sc_r * r / (1.0 + r * r)
     tl.store(out_ptr + tok, eta, mask=ok)
     tl.store(out_ptr + out_stride + tok, delta, mask=ok)
     tl.store(out_ptr + 2 * out_stride + tok, s_p, mask=ok)

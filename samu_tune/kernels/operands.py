@@ -24,13 +24,21 @@ from samu_tune.kernels.complex_math import tanh
 
 
 @triton.jit
-def _unit(src, dst, amp, scale_out, K1, inv_sqrt_m, BLOCK: tl.constexpr):
+def norm(src, K1, BLOCK: tl.constexpr):
+    """max(|src[:K1]|, 1e-12): the norm a direction is divided by (the same reduction in
+    every kernel that normalises, so that their unit directions agree bitwise)."""
     offs = tl.arange(0, BLOCK)
     acc = tl.zeros([BLOCK], tl.float32)
     for k in range(0, K1, BLOCK):
         v = tl.load(src + k + offs, mask=k + offs < K1, other=0.0)
         acc += v * v
-    n = tl.maximum(tl.sqrt(tl.sum(acc, axis=0)), 1e-12)
+    return tl.maximum(tl.sqrt(tl.sum(acc, axis=0)), 1e-12)
+
+
+@triton.jit
+def _unit(src, dst, amp, scale_out, K1, inv_sqrt_m, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    n = norm(src, K1, BLOCK)
     for k in range(0, K1, BLOCK):
         mask = k + offs < K1
         v = tl.load(src + k + offs, mask=mask, other=0.0)
@@ -66,13 +74,21 @@ def _unit_backward(src, g_dirs, g_src, amp, g_scale, g_amp, K1, inv_sqrt_m,
 def layer_operands(pd, rd, pa, ra, nu_log, dirs, scales, gamma, K1, M, inv_sqrt_m,
                    BLOCK: tl.constexpr):
     """dirs [2, K1], scales [2], gamma [M] (fp32, contiguous) from the raw parameters."""
-    pid = tl.program_id(0)
-    if pid == 0:
+    operands_job(tl.program_id(0), pd, rd, pa, ra, nu_log, dirs, scales, gamma, K1, M,
+                 inv_sqrt_m, BLOCK)
+
+
+@triton.jit
+def operands_job(job, pd, rd, pa, ra, nu_log, dirs, scales, gamma, K1, M, inv_sqrt_m,
+                 BLOCK: tl.constexpr):
+    """Job ``job`` of the 2 + cdiv(M, BLOCK) that write the operands: 0 and 1 one direction
+    and its scale each, the others BLOCK entries of gamma."""
+    if job == 0:
         _unit(pd, dirs, pa, scales, K1, inv_sqrt_m, BLOCK)
-    elif pid == 1:
+    elif job == 1:
         _unit(rd, dirs + K1, ra, scales + 1, K1, inv_sqrt_m, BLOCK)
     else:
-        offs = (pid - 2) * BLOCK + tl.arange(0, BLOCK)
+        offs = (job - 2) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < M
         nu = tl.exp(tl.load(nu_log + offs, mask=mask, other=0.0))
         tl.store(gamma + offs, tl.sqrt(1.0 - tl.exp(-2.0 * nu)) + 1e-8, mask=mask)

@@ -49,11 +49,12 @@ class FusedLayer(torch.autograd.Function):
 
 
 class FusedLayerParams(torch.autograd.Function):
-    """:class:`FusedLayer` from the raw parameters: the operands kernel (unit directions,
-    amplitude scales, gamma: :mod:`samu_tune.ops.layer.operands`) runs inside this Function's
-    forward and its backward kernel inside its backward, which also adds nu_log's gradient
-    through the scan into that through gamma.  One autograd node per layer call instead of
-    two, and no add or copy launches between them (the eager training path).
+    """:class:`FusedLayer` from the raw parameters: the controller's forward kernel computes
+    the operands (unit directions, amplitude scales, gamma: :mod:`samu_tune.ops.layer.
+    operands`) as it runs (two launches forward, not three) and the operands' backward kernel
+    runs inside this Function's backward, which also adds nu_log's gradient through the scan
+    into that through gamma.  One autograd node per layer call instead of two, and no add or
+    copy launches between them (the eager training path).
 
     Inputs: plan, seg, the phase and radial directions [2M + 1], amplitudes (0-d), nu_log,
     theta_log [M] (all fp32 contiguous), x [B, L, 2M], h0 pair or None; outputs as
@@ -62,10 +63,12 @@ class FusedLayerParams(torch.autograd.Function):
     @staticmethod
     def forward(ctx, plan: lb.LookbackPlan, seg, pd, rd, pa, ra, nu_log, theta_log, x, h0_r,
                 h0_i):
-        dirs, scales, gamma = operand_kernels.compute(pd, rd, pa, ra, nu_log)
-        # operands built here, x and seg checked by fused_layer_params: no controller checks
+        # the operands written by the controller's forward from the raw parameters (no
+        # launch of their own); x and seg checked by fused_layer_params: no controller checks
+        dirs, scales, gamma = operand_kernels.empty(pd.numel(), nu_log.numel(), x.device)
         y, last_r, last_i, saved = _forward(ctx, plan, seg, dirs, scales, nu_log, theta_log, x,
-                                            gamma, h0_r, h0_i, checked=False)
+                                            gamma, h0_r, h0_i, checked=False,
+                                            raw=(pd, rd, pa, ra, nu_log, gamma))
         ctx.save_for_backward(*saved, pd, rd, pa, ra)
         return y, last_r, last_i
 
@@ -86,12 +89,14 @@ _SAVED = 15
 
 
 def _forward(ctx, plan: lb.LookbackPlan, seg, dirs, scales, nu_log, theta_log, x, gamma, h0_r,
-             h0_i, checked: bool = True):
+             h0_i, checked: bool = True, raw: Optional[tuple] = None):
     """The layer forward's launches: (y, last_r, last_i, the tensors backward reads);
-    ``checked=False``: the controller's operands need no checks (here and in backward)."""
+    ``checked=False``: the controller's operands need no checks (here and in backward);
+    ``raw``: the controller writes dirs, scales and gamma from the raw parameters
+    (:func:`samu_tune.ops.scan.controls.forward`)."""
     B, L, width = x.shape
     M = width // 2
-    c = controller.forward(x, dirs, scales, table=True, seg=seg, checked=checked)
+    c = controller.forward(x, dirs, scales, table=True, seg=seg, checked=checked, raw=raw)
     y = torch.empty_like(x)
     last_r, last_i = _grads.pair(B, M, dtype=torch.float32, device=x.device)
     save = _grads.training(ctx)

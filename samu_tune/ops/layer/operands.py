@@ -18,13 +18,16 @@ from samu_tune.kernels import operands as kernels
 from samu_tune.launch_options import LAUNCH_OPTIONS
 from samu_tune.launcher import fast
 from samu_tune import alloc as _alloc, autograd as _grads
+from samu_tune.ops.scan import controls
 
 # launched directly after their first launch per specialisation
 _forward_kernel = fast(kernels.layer_operands)
 _backward_kernel = fast(kernels.layer_operands_backward)
 
-_BLOCK = 512
-_NUM_WARPS = 4
+# the controller's raw forward normalises with the same block and warps (bitwise the same
+# unit directions whichever kernel computes them)
+_BLOCK = controls.RAW_BLOCK
+_NUM_WARPS = controls.NUM_WARPS
 # the launches' keywords, never changed (they key the direct launch by identity)
 _FORWARD_META = dict(BLOCK=_BLOCK, num_warps=_NUM_WARPS, **LAUNCH_OPTIONS)
 _BACKWARD_META = {has: dict(BLOCK=_BLOCK, HAS_NU_IN=has, num_warps=_NUM_WARPS, **LAUNCH_OPTIONS)
@@ -47,13 +50,20 @@ def compute(pd: torch.Tensor, rd: torch.Tensor, pa: torch.Tensor, ra: torch.Tens
     """(dirs [2, K1], scales [2], gamma [M]) of contiguous fp32 parameters, no autograd: one
     launch into one buffer."""
     K1, M = pd.numel(), nu_log.numel()
-    at_scales, at_gamma, total = _layout(K1, M)
-    buf = _alloc.empty(total, dtype=torch.float32, device=pd.device)
-    dirs = buf[:2 * K1].view(2, K1)
-    scales, gamma = buf[at_scales:at_scales + 2], buf[at_gamma:at_gamma + M]
+    dirs, scales, gamma = empty(K1, M, pd.device)
     _forward_kernel.launch(_grid(M), (pd, rd, pa, ra, nu_log, dirs, scales, gamma, K1, M,
                                       1.0 / math.sqrt(M)), _FORWARD_META)
     return dirs, scales, gamma
+
+
+def empty(K1: int, M: int, device: torch.device
+          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Uninitialised (dirs [2, K1], scales [2], gamma [M]) fp32, views of one allocation: what
+    :func:`compute` (or the controller's raw forward) writes."""
+    at_scales, at_gamma, total = _layout(K1, M)
+    buf = _alloc.empty(total, dtype=torch.float32, device=device)
+    return (buf[:2 * K1].view(2, K1), buf[at_scales:at_scales + 2],
+            buf[at_gamma:at_gamma + M])
 
 
 def backward(pd: torch.Tensor, rd: torch.Tensor, pa: torch.Tensor, ra: torch.Tensor,

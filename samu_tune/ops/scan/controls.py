@@ -7,13 +7,16 @@ backward: the controller backward then adds its grad x into the scan's in place)
 amplitude scales) -> (eta, delta), which tests it against the float64 reference.
 
 The operands are what the kernels read: ``dirs`` [2, 2M + 1] fp32, the unit phase and radial
-directions; ``scales`` [2] fp32, (tanh a_p, tanh a_r) / sqrt(M).  Normalising the raw
-parameters into them stays in torch (:func:`samu_tune.ops.layer.controller.kernel_operands`), so
-autograd carries the gradients of ``dirs`` and ``scales`` back to the parameters.
+directions; ``scales`` [2] fp32, (tanh a_p, tanh a_r) / sqrt(M).  The SAMU layer builds them
+from its raw parameters by the operands kernel (:mod:`samu_tune.ops.layer.operands`; in torch
+under torch.compile, :func:`samu_tune.ops.layer.controller.kernel_operands`), or lets the
+forward kernel build them as it runs (:func:`forward`'s ``raw``: the fused layer's training
+forward).
 """
 from __future__ import annotations
 
 import functools
+import math
 
 from typing import NamedTuple, Optional
 
@@ -37,8 +40,11 @@ _backward_kernel = fast(kernels.controller_backward)
 # by registers: about one wave on 132 SMs), which keeps the partials small
 # ([n, 2, 2M + 2] fp32, n <= _BWD_PROGRAMS / column tiles).
 _FWD_BLOCK_T, _FWD_BLOCK_K = 16, 128
+# the raw forward's normalisation: the operands kernel's block and warps (the same reduction,
+# so that both give bitwise the same unit directions: samu_tune.ops.layer.operands)
+RAW_BLOCK = 512
 _BWD_BLOCK_T, _BWD_BLOCK_K = 32, 64
-_NUM_WARPS = 4
+NUM_WARPS = _NUM_WARPS = 4
 _BWD_PROGRAMS = 640
 
 
@@ -70,12 +76,12 @@ def _check_operands(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor) -
 
 
 @functools.lru_cache(maxsize=256)
-def _forward_meta(table: bool, resets: bool, K: int) -> dict:
+def _forward_meta(table: bool, resets: bool, K: int, raw: bool = False) -> dict:
     """The forward launch's keywords, one dict per signature (never changed: it keys the
     direct launch, :meth:`samu_tune.launcher.FastKernel.launch`)."""
     return dict(HAS_TABLE=table, HAS_RESETS=resets, BLOCK_T=_FWD_BLOCK_T,
-                BLOCK_K=_block_k(K, _FWD_BLOCK_K), K_ALIGN=_k_align(K),
-                num_warps=_NUM_WARPS, **LAUNCH_OPTIONS)
+                BLOCK_K=_block_k(K, _FWD_BLOCK_K), K_ALIGN=_k_align(K), RAW=raw,
+                RAW_BLOCK=RAW_BLOCK, num_warps=_NUM_WARPS, **LAUNCH_OPTIONS)
 
 
 @functools.lru_cache(maxsize=256)
@@ -118,12 +124,16 @@ class Controls(NamedTuple):
 
 def forward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, *,
             table: bool = False, seg: Optional[torch.Tensor] = None,
-            checked: bool = True) -> Controls:
+            checked: bool = True, raw: Optional[tuple] = None) -> Controls:
     """The controls of the tokens of ``x`` [..., K] (contiguous), flattened to T = x.numel()
     / K; with ``table`` also the scan's control table (``seg`` [T] resets, or None).
     ValueError on operands of other shapes, dtypes or devices (:func:`_check_operands`);
-    ``checked=False``: the caller built or checked every operand (no checks: host time)."""
-    if checked:
+    ``checked=False``: the caller built or checked every operand (no checks: host time).
+    ``raw``: the SAMU layer's (pd, rd, pa, ra, nu_log, gamma) (fp32 contiguous, unchecked):
+    the kernel normalises the raw parameters itself and writes the operands into ``dirs``,
+    ``scales`` and ``gamma`` (the RAW mode of
+    :func:`samu_tune.kernels.controller.controller_forward`: no operands launch)."""
+    if checked and raw is None:
         _check_operands(x, dirs, scales)
     K = x.shape[-1]
     T = x.numel() // K
@@ -136,8 +146,11 @@ def forward(x: torch.Tensor, dirs: torch.Tensor, scales: torch.Tensor, *,
     buf = _alloc.empty(4 * stride, dtype=torch.float32, device=x.device)     # rows [4, T]
     ctl = (_alloc.empty(T, control_kernels.TABLE_COLS.value, dtype=torch.float32,
                        device=x.device) if table else None)
+    pd, rd, pa, ra, nu_log, gamma = raw if raw is not None else (None,) * 6
+    M = 0 if nu_log is None else nu_log.numel()
     _forward_kernel.launch((intmath.cdiv(T, _FWD_BLOCK_T),), (
-        x, dirs, scales, buf, stride, ctl, seg, T, K), _forward_meta(table, seg is not None, K))
+        x, dirs, scales, buf, stride, ctl, seg, pd, rd, pa, ra, nu_log, gamma, T, K, M,
+        1.0 / math.sqrt(max(M, 1))), _forward_meta(table, seg is not None, K, raw is not None))
     # as_strided views: a fraction of indexing's host time
     return Controls(buf.as_strided((T,), (1,), 0), buf.as_strided((T,), (1,), stride),
                     buf.as_strided((2, T), (stride, 1), 2 * stride), ctl)
