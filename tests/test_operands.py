@@ -67,3 +67,24 @@ def test_controller_raw_forward_writes_the_operands_and_the_same_controls(M, T, 
                            raw=(*raw, got_ops[2]))
     for g, w in zip((*got_ops, *got), (*want_ops, *want)):
         assert torch.equal(g, w)
+
+
+def test_the_fused_layers_training_forward_is_two_launches(monkeypatch):
+    """A training forward of the fused layer launches the controller (which writes the
+    operands) and the scan, nothing else: each launch is host time."""
+    from samu_tune.launcher import FastKernel
+    launched = []
+    original = FastKernel.launch
+
+    def recording(self, grid, args, kwargs):
+        launched.append(self.fn.__name__)
+        return original(self, grid, args, kwargs)
+
+    layer = samu_tune.SAMU(72, strategy="fused", generator=torch.Generator().manual_seed(0))
+    x = torch.randn(1, 40, 144, requires_grad=True)
+    layer(x)                                   # decided and compiled before counting
+    monkeypatch.setattr(FastKernel, "launch", recording)
+    y, _ = layer(x)
+    assert launched == ["controller_forward", "lookback_scan"]
+    y.sum().backward()
+    assert launched[2:] == ["lookback_scan", "controller_backward", "layer_operands_backward"]
