@@ -44,7 +44,7 @@ _FWD_BLOCK_T, _FWD_BLOCK_K = 16, 128
 # so that both give bitwise the same unit directions: samu_tune.ops.layer.operands)
 RAW_BLOCK = 512
 _BWD_BLOCK_T, _BWD_BLOCK_K = 32, 64
-NUM_WARPS = _NUM_WARPS = 4
+NUM_WARPS = 4
 _BWD_PROGRAMS = 640
 
 
@@ -81,14 +81,14 @@ def _forward_meta(table: bool, resets: bool, K: int, raw: bool = False) -> dict:
     direct launch, :meth:`samu_tune.launcher.FastKernel.launch`)."""
     return dict(HAS_TABLE=table, HAS_RESETS=resets, BLOCK_T=_FWD_BLOCK_T,
                 BLOCK_K=_block_k(K, _FWD_BLOCK_K), K_ALIGN=_k_align(K), RAW=raw,
-                RAW_BLOCK=RAW_BLOCK, num_warps=_NUM_WARPS, **LAUNCH_OPTIONS)
+                RAW_BLOCK=RAW_BLOCK, num_warps=NUM_WARPS, **LAUNCH_OPTIONS)
 
 
 @functools.lru_cache(maxsize=256)
 def _backward_meta(accumulate: bool, block_k: int, K: int) -> dict:
     """The backward launch's keywords, as :func:`_forward_meta`."""
     return dict(ACCUMULATE=accumulate, BLOCK_T=_BWD_BLOCK_T, BLOCK_K=block_k,
-                K_ALIGN=_k_align(K), num_warps=_NUM_WARPS, **LAUNCH_OPTIONS)
+                K_ALIGN=_k_align(K), num_warps=NUM_WARPS, **LAUNCH_OPTIONS)
 
 
 @functools.lru_cache(maxsize=256)

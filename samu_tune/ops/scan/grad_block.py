@@ -30,13 +30,17 @@ def grad_block_layout(B, L, M, fused: bool = False) -> tuple:
     return (*offsets, 2 * ctl_w + (3 if fused else 2) * m_w)
 
 
+def _shapes(B, L, M) -> tuple:
+    """The shapes and (contiguous) strides of grad eta, delta, nu_log, theta_log, gamma."""
+    return (((B, L), (L, 1)), ((B, L), (L, 1)), ((M,), (1,)), ((M,), (1,)), ((M,), (1,)))
+
+
 def unpacked(block: torch.Tensor, B, L, M, fused: bool = False) -> tuple:
     """The block's gradients as views: grad eta, delta [B, L], nu_log, theta_log [M] (and
     gamma [M] when ``fused``)."""
     *offsets, _ = grad_block_layout(B, L, M, fused)
-    shapes = ((B, L), (B, L), (M,), (M,), (M,))
     return tuple(block.narrow(0, at, math.prod(shape)).view(shape)
-                 for at, shape in zip(offsets, shapes))
+                 for at, (shape, _) in zip(offsets, _shapes(B, L, M)))
 
 
 def packed(grads, B: int, L: int, M: int, fused: bool = False) -> torch.Tensor:
@@ -75,11 +79,11 @@ class OperatorWork:
     def for_backward(self, plan, B: int, L: int, M: int, device: torch.device,
                      fused: bool = False) -> "lb._Backward":
         out = lb._Backward(self.zeroed[self.acc:])
-        # one as_strided per view (the traced formula's unpacked takes two ops per view)
+        # one as_strided per view (the traced formula's unpacked takes two ops per view); the
+        # block starts its storage, so its offsets are storage offsets
         *offsets, _ = grad_block_layout(B, L, M, fused)
-        acc = self.block
-        views = tuple(acc.as_strided(shape, stride, at) for at, shape, stride in zip(
-            offsets, ((B, L), (B, L), (M,), (M,), (M,)), ((L, 1), (L, 1), (1,), (1,), (1,))))
+        views = tuple(self.block.as_strided(shape, stride, at)
+                      for at, (shape, stride) in zip(offsets, _shapes(B, L, M)))
         out.g_ctl, out.g_spec = views[:2], views[2:4]
         if fused:
             out.g_gamma = views[4]
