@@ -1,7 +1,7 @@
 """Quick GPU timing of ``lookback`` configs against ``serial`` at the long-L shapes.
 
     python -m benchmarks.bench_lookback [--out DIR] [--shapes 8x8192x1024,...] [--all]
-        [--configs CHUNKxBLOCK_MxWARPS[xSUB][c][l][r2][wN][pN],...] [--warm N]
+        [--configs [once:]CHUNKxBLOCK_MxWARPS[xSUB][c][l][r2][wN][pN],...] [--warm N]
 
 For each shape (bf16 data, fp32 controls) and config: a correctness check against the serial
 strategy (relative norm, bf16 tolerances, forward and gradients), then forward and
@@ -12,7 +12,8 @@ are reported too, and the GPU kernel time of one step (sum of the kernels' devic
 under torch.profiler: no host time) beside the event time.  ``--configs`` picks configs
 (specs of :func:`benchmarks.common.parse_lookback_config`: a trailing ``c``: chained
 look-back, ``l``: loop-inner, both: ``cl``; then ``r2``: two rows per loop step, ``wN``:
-look-back width N, ``pN``: N pipeline stages); ``--warm N`` compiles them first in N
+look-back width N, ``pN``: N pipeline stages; prefixed ``once:``, the ``lookback_once``
+strategy at that config); ``--warm N`` compiles them first in N
 processes (Triton's disk cache is shared).  Writes DIR/bench_lookback.json when --out is
 given.
 """
@@ -30,8 +31,8 @@ from samu_tune.ops.scan.problem import ScanProblem
 from samu_tune.ops.scan.strategies.lookback import LookbackConfig
 from samu_tune.tolerances import TOLERANCES, relative_error
 
-from benchmarks.common import (copy_bandwidth_tbps, error_text, floor_ms, parse_lookback_config,
-                               parse_shapes, warm_all, write_json)
+from benchmarks.common import (copy_bandwidth_tbps, error_text, floor_ms, lookback_spec,
+                               parse_lookback_config, parse_shapes, warm_all, write_json)
 
 SHAPES = [(8, 8192, 1024), (1, 16384, 256), (2, 65536, 128), (32, 512, 256)]
 CONFIGS = [LookbackConfig(chunk=c, block_m=m, num_warps=w, lookback=mode, window=win)
@@ -46,6 +47,12 @@ CONFIGS = [LookbackConfig(chunk=c, block_m=m, num_warps=w, lookback=mode, window
     LookbackConfig(chunk=c, block_m=m, num_warps=w, sub=sub)
     for c, m, w, sub in [(32, 32, 4, 4), (16, 64, 4, 4), (32, 16, 2, 4), (16, 32, 2, 4),
                          (32, 32, 4, 16), (16, 64, 4, 16)]]
+
+
+def _parse(spec: str) -> tuple[str, LookbackConfig]:
+    """(strategy name, config) of a spec, ``once:`` naming ``lookback_once``."""
+    prefix, _, body = spec.rpartition(":")
+    return ("lookback_once" if prefix == "once" else "lookback"), parse_lookback_config(body)
 
 
 def kernel_ms(step, fn, n: int = 10) -> tuple[float, dict]:
@@ -110,10 +117,11 @@ def main() -> None:
     ap.add_argument("--kernels", action="store_true",
                     help="print each config's kernels: microseconds and launches per step")
     args = ap.parse_args()
-    chosen = [parse_lookback_config(s) for s in args.configs.split(",") if s] or CONFIGS
+    chosen = [_parse(s) for s in args.configs.split(",") if s] or [
+        ("lookback", c) for c in CONFIGS]
     if args.warm:
-        warm_all([("strategy", "lookback", c.model_dump(), (2, 300, 70), "bfloat16",
-                   ("forward", "train")) for c in chosen], args.warm)
+        warm_all([("strategy", name, c.model_dump(), (2, 300, 72), "bfloat16",
+                   ("forward", "train")) for name, c in chosen], args.warm)
     shapes = parse_shapes(args.shapes)
     bw = copy_bandwidth_tbps()
     print(f"copy bandwidth {bw:.2f} TB/s  ({torch.cuda.get_device_name()})")
@@ -129,10 +137,10 @@ def main() -> None:
                                        inputs, upstream)
         floor_fwd = floor_ms((B, L, M), "bfloat16", "forward", bw)   # ms at copy bandwidth
         floor_train = floor_ms((B, L, M), "bfloat16", "train", bw)
-        configs = lookback.configs(problem) if args.all else [
-            c for c in chosen if lookback.valid(problem, c)]
+        configs = [("lookback", c) for c in lookback.configs(problem)] if args.all else [
+            (name, c) for name, c in chosen if registry.get(name).valid(problem, c)]
         cands = [] if args.no_serial else [("serial", serial, serial.default(problem))]
-        cands += [("lookback", lookback, c) for c in configs]
+        cands += [(name, registry.get(name), c) for name, c in configs]
         print(f"\n== B={B} L={L} M={M} bf16: floor fwd {floor_fwd:.3f} ms, "
               f"fwd+bwd {floor_train:.3f} ms")
         for name, strat, cfg in cands:
@@ -145,7 +153,7 @@ def main() -> None:
                  row["train_kernels"]) = time_mode(strat, cfg, problem, True)
                 row["fwd_bw"] = floor_fwd / row["fwd_ms"]
                 row["train_bw"] = floor_train / row["train_ms"]
-                print(f"{name:9s} {str(cfg.model_dump()):75s} fwd {row['fwd_ms']:.3f} ms "
+                print(f"{name:13s} {lookback_spec(cfg):16s} fwd {row['fwd_ms']:.3f} ms "
                       f"({100 * row['fwd_bw']:4.0f}%)  fwd+bwd {row['train_ms']:.3f} ms "
                       f"({100 * row['train_bw']:4.0f}%)  kernels {row['fwd_kernel_ms']:.3f}/"
                       f"{row['train_kernel_ms']:.3f}  first {row['first_fwd_s']:.1f}+"

@@ -86,7 +86,15 @@ def test_sampled_configs_match_reference(name, config, problem):
 
 
 def test_every_strategy_has_a_case():
+    """Every strategy runs some case on the CPU; one that cannot run under the interpreter
+    (a Gluon kernel) some CUDA case, and says why it skips the CPU."""
     dev = device_info("cpu")
     for strat in registry.all_strategies():
         runnable = [c for c in CASES if not strat.reasons(_problem(c), dev)]
+        if not strat.capability.interpreter:
+            assert not runnable
+            assert any("interpreter" in r for r in strat.reasons(_problem(CASES[1]), dev))
+            runnable = [c for c in CASES if not [
+                r for r in strat.capability.reasons(_problem(c, "cuda"))
+                if "interpreter" not in r]]
         assert runnable, f"{strat.name} runs none of the generated cases on the CPU"

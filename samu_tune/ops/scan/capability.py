@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict
 from samu_tune.device import DeviceInfo
 from samu_tune.ops.scan.problem import ScanProblem
 from samu_tune.registry import device_reasons
+from samu_tune.settings import settings
 
 ALL_DTYPES = frozenset({"float32", "bfloat16", "float16"})
 CONTROL_DTYPES = frozenset({"float32", "bfloat16"})
@@ -30,6 +31,8 @@ class Capability(BaseModel):
     backward: bool = True
     deterministic: bool = True     # no float atomics: bitwise reproducible
     min_compute_capability: Optional[tuple[int, int]] = None
+    interpreter: bool = True       # runs under TRITON_INTERPRET=1 (Gluon kernels do not)
+    modes_multiple: int = 1        # M a multiple of it (rows copied as 16-byte vectors)
 
     def reasons(self, problem: ScanProblem, device: Optional[DeviceInfo] = None) -> list[str]:
         """Why this capability cannot run ``problem`` on ``device``; empty when it can."""
@@ -39,8 +42,12 @@ class Capability(BaseModel):
         if problem.control_dtype not in self.control_dtypes:
             out.append(f"control dtype {problem.control_dtype} not in {sorted(self.control_dtypes)}")
         out += device_reasons(problem.device, self.devices, self.triton, device)
+        if not self.interpreter and (problem.device == "cpu" or settings().interpret):
+            out.append("Gluon kernel: not under the Triton interpreter (TRITON_INTERPRET=1)")
         if self.max_modes is not None and problem.M > self.max_modes:
             out.append(f"M={problem.M} > max_modes={self.max_modes}")
+        if problem.M % self.modes_multiple:
+            out.append(f"M={problem.M} not a multiple of {self.modes_multiple}")
         if self.max_length is not None and problem.L > self.max_length:
             out.append(f"L={problem.L} > max_length={self.max_length}")
         for wanted, supported, label in (

@@ -13,6 +13,9 @@ every ``window``-th chunk publishes only its inclusive prefix, the others only t
 aggregate, so a chunk composes the aggregates back to the previous window start and its
 prefix (window 1: wait for the immediate predecessor's prefix, a chain of n_chunks hops;
 window W: a chain W times shorter).
+
+Long because the autograd function, its launches and their workspace bookkeeping are one unit,
+which the ``lookback_once`` strategy shares (its forward launch: ``ONCE_FORWARD``).
 """
 from __future__ import annotations
 
@@ -36,6 +39,9 @@ from samu_tune.ops.scan.strategies import lookback_config
 
 # the scan kernel, launched directly after its first launch per specialisation
 _scan_kernel = fast(lookback_kernels.lookback_scan)
+# the read-once forward of plans with ``once`` (set by :mod:`.lookback_once`): launches and
+# returns True, or returns False where it cannot run (the Triton kernel launches instead)
+ONCE_FORWARD = None
 
 from samu_tune.ops.scan.strategies.lookback_config import (  # noqa: F401  (lookback.valid, ...)
     LookbackConfig, default, lanes_per_thread, n_chunks, n_mode_tiles, valid)
@@ -107,10 +113,12 @@ class LookbackPlan:
     rows: int = 1
     width: int = 1
     stages: int = 1
+    once: bool = False
 
     @classmethod
-    def of(cls, cfg: LookbackConfig, window: Optional[int] = None) -> "LookbackPlan":
-        return _plan_of(cls, cfg, window)
+    def of(cls, cfg: LookbackConfig, window: Optional[int] = None,
+           once: bool = False) -> "LookbackPlan":
+        return _plan_of(cls, cfg, window, once)
 
     @property
     def atomic(self) -> bool:
@@ -130,12 +138,13 @@ class LookbackPlan:
 
 
 @functools.lru_cache(maxsize=1024)
-def _plan_of(cls, cfg: LookbackConfig, window: Optional[int]) -> LookbackPlan:
-    """:meth:`LookbackPlan.of`, memoized per (frozen) config: a call's plan costs a lookup."""
+def _plan_of(cls, cfg: LookbackConfig, window: Optional[int], once: bool) -> LookbackPlan:
+    """:meth:`LookbackPlan.of`, memoized per (frozen) config: a call's plan costs a lookup.
+    ``once``: the forward reads its inputs once (:mod:`.lookback_once`)."""
     decoupled = cfg.lookback == "decoupled"
     return cls(cfg.chunk, cfg.block_m, cfg.num_warps, decoupled,
                cfg.window if window is None else window, cfg.sub, cfg.inner == "loop",
-               cfg.rows, cfg.lookback_width if decoupled else 1, cfg.stages)
+               cfg.rows, cfg.lookback_width if decoupled else 1, cfg.stages, once)
 
 
 def m_align(plan: LookbackPlan, M: int) -> int:
@@ -162,6 +171,9 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
     whose blocks it reassigns as it sees fit."""
     if plan.loop and ctl is None:
         raise ValueError("a loop-inner look-back launch needs its control table")
+    if plan.once and not reverse and gamma is None and ONCE_FORWARD(
+            plan, B, L, M, eta, delta, nu_log, theta_log, seg, x, h0, y, end, ctl, sync, kept):
+        return
     slots, carry_words, nmt, nch, kwargs = _launch_spec(
         plan, reverse, B, L, M, seg is not None, h0[0] is not None, gamma is not None, save_h,
         end[0] is not None, make_table)

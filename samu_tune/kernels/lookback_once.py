@@ -1,0 +1,239 @@
+"""Look-back forward that reads each input once: the chunk staged in shared memory (Gluon).
+
+The loop-inner look-back forward (:mod:`samu_tune.kernels.lookback`, LOOP) walks its chunk
+twice, the summary and then the replay, and reads the chunk's inputs from memory both times:
+at large B x M the chunks in flight outgrow L2 and the second read comes from DRAM (at
+(8, 8192, 1024) on the H200, 813 MB moved for 537 needed: docs/performance.md).  Plain
+Triton cannot keep a chunk between the two walks (registers cannot be indexed by row, and a
+[CHUNK, BLOCK_M] register tile spills); Gluon's explicit shared memory can:
+
+1. The program takes its ticket (chunk slowest, as in the Triton kernel) and issues
+   asynchronous copies (cp.async, 16 bytes a thread) of its chunk's rows of br and bi into
+   shared memory [CHUNK, BLOCK_M], in GROUPS commit groups of CHUNK / GROUPS rows.
+2. It writes its chunk's rows of the control table (:mod:`samu_tune.kernels.controls`,
+   as MAKE_TABLE does), which the walks read per row and the backward reads again.
+3. Summary: rows walked from shared memory as each group lands, (P, Q) <- (A P, A Q + u).
+4. Publish, look back (width 1, decoupled), publish the inclusive prefix: the protocol of
+   :func:`samu_tune.kernels.lookback.lookback_scan` with the same head, slots and statuses,
+   so the host's workspace and head bookkeeping serve both kernels.
+5. Replay from shared memory: h = A h + u, every state stored in the output dtype; the last
+   chunk writes the final state (fp32).
+
+Rows walk UNROLL at a time (their loads issued together), the chunk's last n % UNROLL rows
+one at a time.  M is a multiple of 8 (16-byte copies of bf16 rows); the host checks it.
+Forward only: the backward is the Triton loop walk, which reads each input once already
+(its chunk's rows in registers one step at a time) and the table this kernel writes.
+"""
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+
+from samu_tune.kernels.complex_math import cmul, cmul_add, transition_cs
+from samu_tune.kernels.controls import TABLE_COLS
+from samu_tune.kernels.lookback import SLOT_ROWS
+
+
+@gluon.jit
+def _publish(flag_ptr, status):
+    """Set a status after this program's payload stores (all threads) are visible GPU-wide."""
+    gl.thread_barrier()
+    gl.atomic_xchg(flag_ptr, status, sem="release")
+
+
+@gluon.jit
+def _carry_in(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, status0,
+              BLOCK_M: gl.constexpr):
+    """The state entering chunk ``c`` ([BLOCK_M] pair): predecessors c-1, c-2, ... one per
+    poll; an aggregate (status 1) is composed into E = (ea, eb) and the walk goes on, an
+    inclusive prefix s (status 2) ends it with ea s + eb; status 0 spins.  A status word
+    holds ``status0`` + the status (an earlier launch's smaller value reads as 0)."""
+    ea_r = gl.full_like(init_r, 1.0)
+    ea_i = gl.zeros_like(init_r)
+    eb_r = gl.zeros_like(init_r)
+    eb_i = gl.zeros_like(init_r)
+    carry_r = init_r
+    carry_i = init_i
+    j = c - 1
+    while j >= 0:
+        word = gl.atomic_add(sync_ptr + 1 + (slot - c + j), 0, sem="acquire")
+        status = gl.maximum(word - status0, 0)
+        at = carry_ptr + (slot - c + j).to(gl.int64) * (SLOT_ROWS * BLOCK_M) + lane_t
+        if status == 2:
+            sr = gl.load(at + 4 * BLOCK_M, volatile=True)
+            si = gl.load(at + 5 * BLOCK_M, volatile=True)
+            carry_r, carry_i = cmul_add(ea_r, ea_i, sr, si, eb_r, eb_i)
+            j = c - c - 1
+        elif status == 1:
+            pr = gl.load(at, volatile=True)
+            pi = gl.load(at + BLOCK_M, volatile=True)
+            qr = gl.load(at + 2 * BLOCK_M, volatile=True)
+            qi = gl.load(at + 3 * BLOCK_M, volatile=True)
+            eb_r, eb_i = cmul_add(ea_r, ea_i, qr, qi, eb_r, eb_i)
+            ea_r, ea_i = cmul(ea_r, ea_i, pr, pi)
+            j = j - 1
+    return carry_r, carry_i
+
+
+@gluon.jit
+def _row(rows_r, rows_i, ctl_c, r, nu, cos_theta, sin_theta, ROW: gl.constexpr):
+    """Row r of the staged chunk: (ar, ai, ur, ui), [BLOCK_M] fp32 each: A from the row's
+    table entry (e^eta, cos delta, sin delta; zero rotation on a reset), u = br + i bi."""
+    at = ctl_c + r * TABLE_COLS
+    ar, ai, _ = transition_cs(nu, cos_theta, sin_theta, gl.load(at), gl.load(at + 1),
+                              gl.load(at + 2))
+    ur = rows_r.index(r).load(ROW).to(gl.float32)
+    ui = rows_i.index(r).load(ROW).to(gl.float32)
+    return ar, ai, ur, ui
+
+
+@gluon.jit(do_not_specialize=["B", "L", "M", "n_mtiles", "n_chunks", "ticket0", "status0"])
+def lookback_once_forward(
+    sync_ptr,                    # [1 + n_slots] int32: ticket counter, then statuses
+    carry_ptr,                   # [n_slots, SLOT_ROWS, BLOCK_M] f32 published summaries
+    eta_ptr, delta_ptr,          # [B, L] controls (f32 / bf16)
+    nu_log_ptr, theta_log_ptr,   # [M] spectrum (f32)
+    seg_ptr,                     # [B, L] int segment positions (HAS_RESETS)
+    ctl_ptr,                     # [B L, 4] f32 control table (written here)
+    x_r_ptr, x_i_ptr,            # br, bi [B, L, M]
+    h0_r_ptr, h0_i_ptr,          # [B, M] initial state (HAS_H0)
+    y_r_ptr, y_i_ptr,            # out (written) [B, L, M]
+    end_r_ptr, end_i_ptr,        # final state (written) [B, M] f32
+    B, L, M, n_mtiles, n_chunks, ticket0, status0,
+    HAS_RESETS: gl.constexpr, HAS_H0: gl.constexpr, CHUNK: gl.constexpr,
+    BLOCK_M: gl.constexpr, GROUPS: gl.constexpr, UNROLL: gl.constexpr, VEC: gl.constexpr,
+    COPY_COLS: gl.constexpr,
+):
+    """Grid: (B * n_mtiles * n_chunks,); the program id is ignored in favour of the ticket.
+    VEC: elements per 16-byte copy; COPY_COLS: threads of a warp along a row in the copy
+    (min(32, BLOCK_M / VEC)).  The head needs no zero fill between launches (``ticket0``,
+    ``status0``: as in :func:`samu_tune.kernels.lookback.lookback_scan`)."""
+    NW: gl.constexpr = gl.num_warps()
+    ROW: gl.constexpr = gl.BlockedLayout([BLOCK_M // (32 * NW)], [32], [NW], [0])
+    TOK: gl.constexpr = gl.BlockedLayout([1], [32], [NW], [0])
+    COPY: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // COPY_COLS, COPY_COLS], [NW, 1],
+                                          [1, 0])
+    SMEM: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    # the same buffer seen as CHUNK rows of [BLOCK_M] (a row read is ``.index(r)``)
+    SMEM_ROWS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    GR: gl.constexpr = CHUNK // GROUPS
+
+    M = M // 8 * 8                            # rows of 16-byte aligned copies (host-checked)
+    # relaxed: the ticket only orders work; payloads are ordered by the status atomics
+    ticket = gl.atomic_add(sync_ptr, 1, sem="relaxed") - ticket0
+    per_chunk = B * n_mtiles
+    c = ticket // per_chunk
+    rest = ticket % per_chunk
+    b = rest // n_mtiles
+    mt = rest % n_mtiles
+    slot = (b * n_mtiles + mt) * n_chunks + c
+    start = c * CHUNK
+    n = gl.minimum(L - start, CHUNK)          # rows of this chunk
+    tok0 = b.to(gl.int64) * L + start         # the chunk's first token (int64)
+
+    # 1. the chunk's rows into shared memory, GROUPS commit groups
+    xs_r = gl.allocate_shared_memory(x_r_ptr.dtype.element_ty, [CHUNK, BLOCK_M], SMEM)
+    xs_i = gl.allocate_shared_memory(x_i_ptr.dtype.element_ty, [CHUNK, BLOCK_M], SMEM)
+    rows = gl.arange(0, GR, layout=gl.SliceLayout(1, COPY))
+    cols = mt * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, COPY))
+    x_r_c = x_r_ptr + tok0 * M
+    x_i_c = x_i_ptr + tok0 * M
+    for g in gl.static_range(GROUPS):
+        r = g * GR + rows
+        off = r[:, None] * M + cols[None, :]
+        mask = (r < n)[:, None] & (cols < M)[None, :]
+        async_copy.async_copy_global_to_shared(xs_r.slice(g * GR, GR), x_r_c + off, mask=mask)
+        async_copy.async_copy_global_to_shared(xs_i.slice(g * GR, GR), x_i_c + off, mask=mask)
+        async_copy.commit_group()
+
+    rows_r = xs_r._reinterpret(x_r_ptr.dtype.element_ty, [CHUNK, BLOCK_M], SMEM_ROWS)
+    rows_i = xs_i._reinterpret(x_i_ptr.dtype.element_ty, [CHUNK, BLOCK_M], SMEM_ROWS)
+
+    # 2. the chunk's control table rows (every mode tile of the chunk writes the same values)
+    k = gl.arange(0, CHUNK, layout=TOK)
+    ok = k < n
+    tok = tok0 + k
+    eta = gl.load(eta_ptr + tok, mask=ok, other=0.0).to(gl.float32)
+    delta = gl.load(delta_ptr + tok, mask=ok, other=0.0).to(gl.float32)
+    cd = gl.cos(delta)
+    sd = gl.sin(delta)
+    if HAS_RESETS:
+        keep = gl.load(seg_ptr + tok, mask=ok, other=1) != 0
+        cd = gl.where(keep, cd, 0.0)
+        sd = gl.where(keep, sd, 0.0)
+    trow = ctl_ptr + tok * TABLE_COLS
+    gl.store(trow, gl.exp(eta), mask=ok)
+    gl.store(trow + 1, cd, mask=ok)
+    gl.store(trow + 2, sd, mask=ok)
+    gl.store(trow + 3, gl.zeros_like(cd), mask=ok)
+    ctl_c = ctl_ptr + tok0 * TABLE_COLS
+
+    lane_t = gl.arange(0, BLOCK_M, layout=ROW)
+    lane = mt * BLOCK_M + lane_t
+    lane_ok = lane < M
+    nu = gl.exp(gl.load(nu_log_ptr + lane, mask=lane_ok, other=0.0))
+    theta = gl.exp(gl.load(theta_log_ptr + lane, mask=lane_ok, other=0.0))
+    cos_theta = gl.cos(theta)
+    sin_theta = gl.sin(theta)
+
+    # 3. summary: the chunk's map z -> P z + Q from its staged rows, each group as it lands
+    pr = gl.full_like(nu, 1.0)
+    pi = gl.zeros_like(nu)
+    qr = gl.zeros_like(nu)
+    qi = gl.zeros_like(nu)
+    blocks = n // UNROLL
+    for g in gl.static_range(GROUPS):
+        async_copy.wait_group(GROUPS - 1 - g)
+        gl.thread_barrier()                   # other threads' copies (and the table rows)
+        first = g * (GR // UNROLL)
+        for rb in range(first, gl.minimum(blocks, first + GR // UNROLL)):
+            for u in gl.static_range(UNROLL):
+                ar, ai, ur, ui = _row(rows_r, rows_i, ctl_c, rb * UNROLL + u, nu, cos_theta,
+                                      sin_theta, ROW)
+                qr, qi = cmul_add(ar, ai, qr, qi, ur, ui)
+                pr, pi = cmul(ar, ai, pr, pi)
+    for r in range(blocks * UNROLL, n):
+        ar, ai, ur, ui = _row(rows_r, rows_i, ctl_c, r, nu, cos_theta, sin_theta, ROW)
+        qr, qi = cmul_add(ar, ai, qr, qi, ur, ui)
+        pr, pi = cmul(ar, ai, pr, pi)
+
+    # 4. publish the aggregate, look back, publish the inclusive prefix
+    flag_ptr = sync_ptr + 1 + slot
+    base = carry_ptr + slot.to(gl.int64) * (SLOT_ROWS * BLOCK_M) + lane_t
+    if c > 0:
+        gl.store(base, pr)
+        gl.store(base + BLOCK_M, pi)
+        gl.store(base + 2 * BLOCK_M, qr)
+        gl.store(base + 3 * BLOCK_M, qi)
+        _publish(flag_ptr, status0 + 1)
+    state_off = b.to(gl.int64) * M + lane
+    if HAS_H0:
+        first_lanes = lane_ok & (c == 0)
+        init_r = gl.load(h0_r_ptr + state_off, mask=first_lanes, other=0.0).to(gl.float32)
+        init_i = gl.load(h0_i_ptr + state_off, mask=first_lanes, other=0.0).to(gl.float32)
+    else:
+        init_r = gl.zeros_like(nu)
+        init_i = gl.zeros_like(nu)
+    hr, hi = _carry_in(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, status0, BLOCK_M)
+    end_r, end_i = cmul_add(pr, pi, hr, hi, qr, qi)
+    gl.store(base + 4 * BLOCK_M, end_r)
+    gl.store(base + 5 * BLOCK_M, end_i)
+    _publish(flag_ptr, status0 + 2)
+
+    # 5. replay from shared memory: every state, in the output dtype
+    y_r_c = y_r_ptr + tok0 * M
+    y_i_c = y_i_ptr + tok0 * M
+    for rb in range(0, blocks):
+        for u in gl.static_range(UNROLL):
+            r = rb * UNROLL + u
+            ar, ai, ur, ui = _row(rows_r, rows_i, ctl_c, r, nu, cos_theta, sin_theta, ROW)
+            hr, hi = cmul_add(ar, ai, hr, hi, ur, ui)
+            gl.store(y_r_c + r * M + lane, hr.to(y_r_ptr.dtype.element_ty), mask=lane_ok)
+            gl.store(y_i_c + r * M + lane, hi.to(y_i_ptr.dtype.element_ty), mask=lane_ok)
+    for r in range(blocks * UNROLL, n):
+        ar, ai, ur, ui = _row(rows_r, rows_i, ctl_c, r, nu, cos_theta, sin_theta, ROW)
+        hr, hi = cmul_add(ar, ai, hr, hi, ur, ui)
+        gl.store(y_r_c + r * M + lane, hr.to(y_r_ptr.dtype.element_ty), mask=lane_ok)
+        gl.store(y_i_c + r * M + lane, hi.to(y_i_ptr.dtype.element_ty), mask=lane_ok)
+    last = lane_ok & (c == n_chunks - 1)
+    gl.store(end_r_ptr + state_off, end_r, mask=last)
+    gl.store(end_i_ptr + state_off, end_i, mask=last)

@@ -1,0 +1,140 @@
+"""Strategy ``lookback_once``: the look-back scan whose forward reads each input once.
+
+The ``lookback`` strategy's loop walk with one change: the forward stages its chunk in
+shared memory (a Gluon kernel, :mod:`samu_tune.kernels.lookback_once`) and walks it twice
+from there instead of reading it from memory twice.  The backward, the workspace, the head
+and the control table are the ``lookback`` strategy's (its loop walk; the config's ``rows``,
+``stages`` and ``lookback_width`` serve the backward only).  CUDA only (Gluon has no
+interpreter), sm_80+ (cp.async), decoupled look-back (float atomics in the backward), M a
+multiple of 8 (16-byte row copies); a launch whose br, bi or outputs are not 16-byte aligned
+runs the Triton forward instead.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+
+import torch
+
+from samu_tune.launch_options import LAUNCH_OPTIONS
+from samu_tune.launcher import fast
+from samu_tune.ops.scan.capability import Capability
+from samu_tune.ops.scan.problem import ScanProblem
+from samu_tune.ops.scan.strategies import lookback, lookback_config
+from samu_tune.ops.scan.strategies.lookback_config import (
+    LookbackConfig, n_chunks, n_mode_tiles)
+from samu_tune.problem import TORCH_DTYPES
+from samu_tune.registry import Strategy, register
+from samu_tune import scratch as _scratch
+
+try:
+    from samu_tune.kernels import lookback_once as once_kernels
+except ImportError:              # a Triton without Gluon: the strategy is not registered
+    once_kernels = None
+
+# the chunk staged per program: at most this many bytes of shared memory (both arrays), so
+# that at least one program fits an SM of sm_80+ (164-227 KB)
+_MAX_STAGED_BYTES = 128 * 1024
+_CHUNKS = (32, 64)
+_COPY_GROUPS = 4                 # commit groups per chunk: the summary starts on the first
+_UNROLL = 4                      # rows per walk step, their loads issued together
+
+
+def staged_bytes(problem: ScanProblem, cfg: LookbackConfig) -> int:
+    """Shared memory a program stages: its chunk of br and bi, [chunk, block_m] each."""
+    return 2 * cfg.chunk * cfg.block_m * TORCH_DTYPES[problem.dtype].itemsize
+
+
+def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
+    """A valid ``lookback`` loop config (the backward's) of decoupled look-back whose forward
+    chunk is 32 or 64 steps and fits ``_MAX_STAGED_BYTES``, M a multiple of 8.  A forward-only
+    problem takes the forward-neutral fields at their first value (rows 1, stages 1, width 1):
+    they would only repeat the same forward."""
+    if (cfg.inner != "loop" or cfg.lookback != "decoupled" or problem.M % 8
+            or cfg.chunk not in _CHUNKS or staged_bytes(problem, cfg) > _MAX_STAGED_BYTES
+            or not lookback_config.valid(problem, cfg)):
+        return False
+    return problem.backward or (cfg.rows == 1 and cfg.stages == 1 and cfg.lookback_width == 1)
+
+
+def default(problem: ScanProblem) -> LookbackConfig:
+    """64-step chunks of 256 modes at 2 warps (128 where M < 256), the backward fields those
+    of the ``lookback`` default at that chunk and width where valid."""
+    base = lookback_config.default(problem)
+    block_m = 256 if problem.M >= 256 else 128
+    for chunk in (64, 32):
+        fields = dict(chunk=chunk, block_m=block_m, num_warps=2, inner="loop",
+                      lookback="decoupled")
+        for backward in (dict(rows=base.rows, stages=base.stages,
+                              lookback_width=base.lookback_width), {}):
+            cfg = LookbackConfig(**fields, **(backward if problem.backward else {}))
+            if valid(problem, cfg):
+                return cfg
+    return LookbackConfig(chunk=64, block_m=block_m, num_warps=2, inner="loop")
+
+
+def workspace_bytes(problem: ScanProblem, cfg: LookbackConfig) -> int:
+    return lookback.workspace_bytes(problem, cfg)
+
+
+@functools.lru_cache(maxsize=256)
+def _keywords(plan: lookback.LookbackPlan, resets: bool, has_h0: bool, itemsize: int) -> dict:
+    """The Gluon kernel's keywords per specialisation (one dict, kept: the direct launch keys
+    it by identity)."""
+    vec = 16 // itemsize
+    return dict(HAS_RESETS=resets, HAS_H0=has_h0, CHUNK=plan.chunk, BLOCK_M=plan.block_m,
+                GROUPS=_COPY_GROUPS, UNROLL=_UNROLL, VEC=vec,
+                COPY_COLS=min(32, plan.block_m // vec), num_warps=plan.num_warps,
+                **LAUNCH_OPTIONS)
+
+
+def _aligned(*tensors: torch.Tensor) -> bool:
+    return all(t.data_ptr() % 16 == 0 for t in tensors)
+
+
+def launch_forward(plan: lookback.LookbackPlan, B: int, L: int, M: int, eta, delta, nu_log,
+                   theta_log, seg, x, h0, y, end, ctl, sync, kept) -> bool:
+    """The read-once forward launch (``lookback.ONCE_FORWARD``): False, launching nothing,
+    where M is not a multiple of 8 or a row array is not 16-byte aligned."""
+    if M % 8 or not _aligned(x[0], x[1], y[0], y[1]):
+        return False
+    nmt = n_mode_tiles(M, plan.block_m)
+    nch = n_chunks(L, plan.chunk)
+    slots = B * nmt * nch
+    dev = x[0].device
+    words = lookback._carry_words(B, L, M, plan)
+    carry = (_scratch.fp32("carry", words, dev) if kept
+             else torch.empty(words, dtype=torch.float32, device=dev))
+    kwargs = _keywords(plan, seg is not None, h0[0] is not None, x[0].element_size())
+    head = 0 if sync is not None else lookback._head_words(B, L, M, plan)
+    with _scratch.Head(sync, head, slots, dev, kept) as (sync, ticket0, status0):
+        _once_kernel.launch((slots,), (
+            sync, carry, eta, delta, nu_log, theta_log, seg, ctl, x[0], x[1], h0[0], h0[1],
+            y[0], y[1], end[0], end[1], B, L, M, nmt, nch, ticket0, status0), kwargs)
+    return True
+
+
+def run(inputs, cfg: LookbackConfig):
+    return lookback.lookback_scan(inputs, lookback.LookbackPlan.of(cfg, once=True))
+
+
+if once_kernels is not None:
+    _once_kernel = fast(once_kernels.lookback_once_forward)
+    lookback.ONCE_FORWARD = launch_forward
+    STRATEGY = register(Strategy(
+        name="lookback_once",
+        description="lookback whose forward stages each chunk in shared memory (Gluon): "
+                    "inputs read once; CUDA sm_80+",
+        capability=Capability(devices=frozenset({"cuda"}), interpreter=False,
+                              deterministic=False, min_compute_capability=(8, 0),
+                              modes_multiple=8),
+        run=run,
+        config_model=LookbackConfig,
+        valid=valid,
+        default=default,
+        workspace_bytes=workspace_bytes,
+        priority=10,
+        modules=(sys.modules[__name__], lookback_config, sys.modules[lookback.__name__],
+                 once_kernels, *lookback.KERNEL_MODULES),
+        autograd=lambda cfg: (lookback._LookbackScan, lookback.LookbackPlan.of(cfg, once=True)),
+    ))

@@ -1,0 +1,106 @@
+"""The ``lookback_once`` strategy: the look-back scan whose forward stages each chunk in shared
+memory (a Gluon kernel).  Its forward runs on CUDA only; on the CPU the tests check what the
+strategy admits and that it says why it cannot run under the interpreter."""
+import pytest
+import torch
+
+from samu_tune import registry
+from samu_tune.device import device_info
+from samu_tune.ops.scan.problem import ScanProblem
+from samu_tune.ops.scan.strategies import lookback_once as once
+from samu_tune.ops.scan.strategies.lookback_config import LookbackConfig
+from samu_tune.ops.scan.verify import random_inputs, verify
+from samu_tune.tolerances import TOLERANCES, relative_error
+
+STRATEGY = registry.get("lookback_once")
+
+
+def _problem(B, L, M, dtype="float32", backward=True, device="cuda", **features):
+    return ScanProblem(B=B, L=L, M=M, dtype=dtype, device=device, backward=backward,
+                       **features)
+
+
+def _cuda_reasons(problem):
+    """The capability's reasons for a CUDA problem, less the interpreter's (CI runs under it)."""
+    return [r for r in STRATEGY.capability.reasons(problem) if "interpreter" not in r]
+
+
+def test_capability_and_configs():
+    """CPU and interpreter excluded with a reason; M a multiple of 8; decoupled loop configs
+    only; a forward-only problem has no configs that differ in backward fields alone."""
+    cpu = _problem(2, 100, 16, device="cpu")
+    assert any("interpreter" in r for r in STRATEGY.reasons(cpu, device_info("cpu")))
+    assert any("multiple of 8" in r for r in _cuda_reasons(_problem(2, 100, 20)))
+    assert not _cuda_reasons(_problem(2, 100, 24))
+    fwd = _problem(8, 8192, 1024, backward=False)
+    configs = STRATEGY.configs(fwd)
+    assert configs and STRATEGY.default(fwd) in configs
+    assert all(c.inner == "loop" and c.lookback == "decoupled" and c.rows == 1
+               and c.stages == 1 and c.lookback_width == 1 and c.chunk in (32, 64)
+               for c in configs)
+    assert all(once.staged_bytes(fwd, c) <= once._MAX_STAGED_BYTES for c in configs)
+    train = _problem(8, 8192, 1024)
+    assert STRATEGY.default(train) in STRATEGY.configs(train)
+    assert len(STRATEGY.configs(train)) > len(configs)
+    assert not STRATEGY.configs(_problem(8, 8192, 1024, deterministic=True))
+
+
+# ---- GPU -----------------------------------------------------------------------------------
+
+_CONFIGS = [
+    LookbackConfig(chunk=64, block_m=256, num_warps=2, inner="loop"),
+    LookbackConfig(chunk=32, block_m=128, num_warps=4, inner="loop"),
+    LookbackConfig(chunk=64, block_m=512, num_warps=4, inner="loop", rows=2, stages=4),
+    LookbackConfig(chunk=64, block_m=128, num_warps=2, inner="loop", lookback_width=8,
+                   stages=6),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", _CONFIGS, ids=lambda c: f"c{c.chunk}-m{c.block_m}-w{c.num_warps}"
+                         f"-r{c.rows}-lw{c.lookback_width}-p{c.stages}")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gpu_matches_reference(cfg, dtype):
+    """Forward and every gradient against the float64 reference: many chunks (L ragged
+    against every chunk), ragged mode tiles (M = 136, 520), resets, h0, final state."""
+    for B, L, M in [(2, 1000, 136), (1, 333, 520), (3, 64, 8)]:
+        problem = _problem(B, L, M, dtype, resets=True, initial_state=True, final_state=True)
+        inputs = random_inputs(problem, seed=L, device="cuda", reset_rate=0.01)
+        failure = verify(lambda inp: STRATEGY.run(inp, cfg), inputs, problem, seed=L)
+        assert failure is None, (B, L, M, failure)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(8, 8192, 1024), (4, 16384, 256), (1, 100000, 96)])
+def test_gpu_large_shapes_match_lookback(shape):
+    """Thousands of chunks in flight, repeated: the default config's outputs and final state
+    against the ``lookback`` strategy's (the float64 reference walks L in Python: too slow
+    here), in relative norm; a lost publication would read an unwritten summary."""
+    B, L, M = shape
+    problem = _problem(B, L, M, "bfloat16", backward=False, initial_state=True,
+                       final_state=True, resets=True)
+    inputs = random_inputs(problem, seed=B, device="cuda", reset_rate=0.001)
+    lookback = registry.get("lookback")
+    want = lookback.run(inputs, lookback.default(problem))
+    cfg = STRATEGY.default(problem)
+    for _ in range(5):
+        got = STRATEGY.run(inputs, cfg)
+        for g, w in ((got.real, want.real), (got.imag, want.imag),
+                     (got.final_state[0], want.final_state[0]),
+                     (got.final_state[1], want.final_state[1])):
+            assert relative_error(g, w) <= TOLERANCES["bfloat16"].forward
+    torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+def test_gpu_unaligned_rows_fall_back():
+    """br at an odd element offset: the forward runs the Triton walk instead, same results."""
+    problem = _problem(2, 300, 64, "bfloat16", backward=False, final_state=True)
+    inputs = random_inputs(problem, seed=3, device="cuda")
+    shifted = torch.empty(inputs.br.numel() + 1, dtype=inputs.br.dtype, device="cuda")
+    br = shifted[1:].view_as(inputs.br)
+    br.copy_(inputs.br)
+    cfg = STRATEGY.default(problem)
+    got = STRATEGY.run(inputs.replace(br=br), cfg)
+    want = STRATEGY.run(inputs, cfg)
+    assert relative_error(got.real, want.real) <= 1e-6
