@@ -68,6 +68,14 @@ KNOWN_GOOD = {
                       stages=6),
                  dict(chunk=64, block_m=256, num_warps=4, inner="loop", lookback_width=8,
                       stages=6)],
+    # the read-once forward: chunks staged in shared memory (64 x 256 at 2 warps: 3 programs
+    # per SM in bf16), the backward fields of lookback's fast walks
+    "lookback_once": [dict(chunk=64, block_m=256, num_warps=2, inner="loop"),
+                      dict(chunk=32, block_m=256, num_warps=2, inner="loop"),
+                      dict(chunk=64, block_m=512, num_warps=4, inner="loop"),
+                      dict(chunk=64, block_m=128, num_warps=2, inner="loop"),
+                      dict(chunk=64, block_m=256, num_warps=2, inner="loop", stages=6),
+                      dict(chunk=64, block_m=256, num_warps=2, inner="loop", rows=2, stages=6)],
 }
 
 

@@ -47,14 +47,13 @@ def staged_bytes(problem: ScanProblem, cfg: LookbackConfig) -> int:
 
 def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
     """A valid ``lookback`` loop config (the backward's) of decoupled look-back whose forward
-    chunk is 32 or 64 steps and fits ``_MAX_STAGED_BYTES``, M a multiple of 8.  A forward-only
-    problem takes the forward-neutral fields at their first value (rows 1, stages 1, width 1):
-    they would only repeat the same forward."""
-    if (cfg.inner != "loop" or cfg.lookback != "decoupled" or problem.M % 8
-            or cfg.chunk not in _CHUNKS or staged_bytes(problem, cfg) > _MAX_STAGED_BYTES
-            or not lookback_config.valid(problem, cfg)):
-        return False
-    return problem.backward or (cfg.rows == 1 and cfg.stages == 1 and cfg.lookback_width == 1)
+    chunk is 32 or 64 steps and fits ``_MAX_STAGED_BYTES``, M a multiple of 8.  The fields
+    only the backward reads (rows, stages, look-back width) are checked as the training
+    problem's, forward too: a forward entry's config then also serves training, and the
+    forward binary is the same for all of them (no compile)."""
+    return (cfg.inner == "loop" and cfg.lookback == "decoupled" and problem.M % 8 == 0
+            and cfg.chunk in _CHUNKS and staged_bytes(problem, cfg) <= _MAX_STAGED_BYTES
+            and lookback_config.valid(problem.model_copy(update={"backward": True}), cfg))
 
 
 def default(problem: ScanProblem) -> LookbackConfig:
