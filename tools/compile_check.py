@@ -232,6 +232,8 @@ def ptx_of(fn, sig: dict, const: dict, attrs: dict, arch: int = 90, **options) -
     from triton.backends.nvidia.compiler import CUDABackend
     from triton.compiler import ASTSource
 
+    if getattr(fn, "is_gluon", lambda: False)():
+        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
     src = ASTSource(fn, sig, const, attrs)
     target = GPUTarget("cuda", arch, 32)
     backend = CUDABackend(target)
@@ -245,7 +247,8 @@ def ptx_of(fn, sig: dict, const: dict, attrs: dict, arch: int = 90, **options) -
                       backend.get_module_map(), ctx)
     meta = {"hash": "0", "target": target, **opts.__dict__}
     for ext in ("ttir", "ttgir", "llir", "ptx"):
-        mod = stages[ext](mod, meta)
+        if ext in stages:                    # a Gluon kernel starts at ttgir
+            mod = stages[ext](mod, meta)
     return mod
 
 
@@ -268,6 +271,46 @@ def _innermost(exc: BaseException) -> str:
     while exc.__cause__ is not None or exc.__context__ is not None:
         exc = exc.__cause__ or exc.__context__
     return f"{type(exc).__name__}: {str(exc)[-300:]}"
+
+
+def gluon_launches(quick: bool) -> list[dict]:
+    """The Gluon kernels' launches, which the interpreter cannot record: the read-once
+    look-back forward (``lookback_once``) for its benchmark configs, in the recorded format,
+    its keywords from the strategy itself.  Each dtype, with and without resets and h0."""
+    from samu_tune.ops.scan.strategies import lookback_once as once
+    from samu_tune.ops.scan.strategies.lookback import LookbackConfig, LookbackPlan
+    if once.once_kernels is None:
+        return []
+    configs = [(64, 256, 2), (32, 128, 4), (64, 512, 4)][:1 if quick else 3]
+    dtypes = ["bfloat16"] if quick else ["bfloat16", "float32", "float16"]
+    kernel = once.once_kernels.lookback_once_forward
+    out = []
+    for chunk, block_m, warps in configs:
+        plan = LookbackPlan.of(LookbackConfig(chunk=chunk, block_m=block_m, num_warps=warps,
+                                              inner="loop"), once=True)
+        for dtype in dtypes:
+            for features in ((False, False), (True, True)):
+                itemsize = {"bfloat16": 2, "float16": 2, "float32": 4}[dtype]
+                kw = dict(once._keywords(plan, *features, itemsize))
+                options = {k: kw.pop(k) for k in list(kw) if not k.isupper()}
+                args = {}
+                for p in kernel.params:
+                    if p.name in kw:
+                        args[p.name] = {"bool" if isinstance(kw[p.name], bool) else "int":
+                                        kw[p.name]}
+                    elif p.name.endswith("_ptr"):
+                        ptr = {"sync_ptr": "int32", "seg_ptr": "int64"}.get(p.name, "float32")
+                        if p.name[:3] in ("x_r", "x_i", "y_r", "y_i"):
+                            ptr = dtype
+                        args[p.name] = ({"none": True}
+                                        if (p.name == "seg_ptr" and not features[0])
+                                        or (p.name.startswith("h0") and not features[1])
+                                        else {"ptr": ptr, "align16": True})
+                    else:
+                        args[p.name] = {"int": 100003}        # runtime ints (not specialised)
+                out.append({"module": kernel.__module__, "name": kernel.__name__,
+                            "args": args, "options": options})
+    return out
 
 
 def _label(launch) -> str:
@@ -309,6 +352,8 @@ def main() -> int:
             cmd += ["--strategies", ",".join(wanted)] if wanted else []
             subprocess.run(cmd, env=env, check=True, cwd=ROOT)
         launches = json.loads(rec.read_text())
+    if not wanted or "lookback_once" in wanted:
+        launches += gluon_launches(args.quick)
     print(f"triton {triton.__version__}: {len(launches)} distinct launches recorded in "
           f"{time.time() - t0:.0f} s; compiling for sm_{args.arch}", flush=True)
     os.environ.pop("TRITON_INTERPRET", None)

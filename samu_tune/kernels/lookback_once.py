@@ -32,11 +32,28 @@ from samu_tune.kernels.complex_math import cmul, cmul_add, transition_cs
 from samu_tune.kernels.controls import TABLE_COLS
 from samu_tune.kernels.lookback import SLOT_ROWS
 
+# names that changed after Triton 3.6: cp.async global -> shared (``async_load``), the CTA
+# barrier (``barrier``) and a shared buffer seen with another shape or layout
+# (``reinterpret``)
+_copy_to_shared = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+_cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+_NEW_REINTERPRET = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
+
+
+@gluon.jit
+def _as_rows(buf, CHUNK: gl.constexpr, BLOCK_M: gl.constexpr, LAYOUT: gl.constexpr):
+    """``buf`` [CHUNK, BLOCK_M] seen as CHUNK rows of [BLOCK_M] (``.index(r)`` a row)."""
+    if _NEW_REINTERPRET:
+        rows = buf.reinterpret(buf.dtype, [CHUNK, BLOCK_M], LAYOUT)
+    else:
+        rows = buf._reinterpret(buf.dtype, [CHUNK, BLOCK_M], LAYOUT)
+    return rows
+
 
 @gluon.jit
 def _publish(flag_ptr, status):
     """Set a status after this program's payload stores (all threads) are visible GPU-wide."""
-    gl.thread_barrier()
+    _cta_barrier()
     gl.atomic_xchg(flag_ptr, status, sem="release")
 
 
@@ -141,12 +158,12 @@ def lookback_once_forward(
         r = g * GR + rows
         off = r[:, None] * M + cols[None, :]
         mask = (r < n)[:, None] & (cols < M)[None, :]
-        async_copy.async_copy_global_to_shared(xs_r.slice(g * GR, GR), x_r_c + off, mask=mask)
-        async_copy.async_copy_global_to_shared(xs_i.slice(g * GR, GR), x_i_c + off, mask=mask)
+        _copy_to_shared(xs_r.slice(g * GR, GR), x_r_c + off, mask=mask)
+        _copy_to_shared(xs_i.slice(g * GR, GR), x_i_c + off, mask=mask)
         async_copy.commit_group()
 
-    rows_r = xs_r._reinterpret(x_r_ptr.dtype.element_ty, [CHUNK, BLOCK_M], SMEM_ROWS)
-    rows_i = xs_i._reinterpret(x_i_ptr.dtype.element_ty, [CHUNK, BLOCK_M], SMEM_ROWS)
+    rows_r = _as_rows(xs_r, CHUNK, BLOCK_M, SMEM_ROWS)
+    rows_i = _as_rows(xs_i, CHUNK, BLOCK_M, SMEM_ROWS)
 
     # 2. the chunk's control table rows (every mode tile of the chunk writes the same values)
     k = gl.arange(0, CHUNK, layout=TOK)
@@ -183,7 +200,7 @@ def lookback_once_forward(
     blocks = n // UNROLL
     for g in gl.static_range(GROUPS):
         async_copy.wait_group(GROUPS - 1 - g)
-        gl.thread_barrier()                   # other threads' copies (and the table rows)
+        _cta_barrier()                   # other threads' copies (and the table rows)
         first = g * (GR // UNROLL)
         for rb in range(first, gl.minimum(blocks, first + GR // UNROLL)):
             for u in gl.static_range(UNROLL):
