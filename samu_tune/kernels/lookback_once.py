@@ -92,15 +92,23 @@ def _carry_in(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, status0,
 
 
 @gluon.jit
-def _row(rows_r, rows_i, ctl_c, r, nu, cos_theta, sin_theta, ROW: gl.constexpr):
-    """Row r of the staged chunk: (ar, ai, ur, ui), [BLOCK_M] fp32 each: A from the row's
-    table entry (e^eta, cos delta, sin delta; zero rotation on a reset), u = br + i bi."""
-    at = ctl_c + r * TABLE_COLS
-    ar, ai, _ = transition_cs(nu, cos_theta, sin_theta, gl.load(at), gl.load(at + 1),
-                              gl.load(at + 2))
-    ur = rows_r.index(r).load(ROW).to(gl.float32)
-    ui = rows_i.index(r).load(ROW).to(gl.float32)
-    return ar, ai, ur, ui
+def _rows(rows_r, rows_i, ctl_c, r0, nu, cos_theta, sin_theta, ROW: gl.constexpr,
+          N: gl.constexpr):
+    """Rows r0 .. r0 + N - 1 of the staged chunk, each (ar, ai, ur, ui), [BLOCK_M] fp32: A
+    from the row's table entry (e^eta, cos delta, sin delta; zero rotation on a reset),
+    u = br + i bi.  Every row's loads are issued before the first use of one (in program
+    order, which ptxas keeps: the rows' latencies overlap instead of adding up)."""
+    loads = ()
+    for u in gl.static_range(N):
+        at = ctl_c + (r0 + u) * TABLE_COLS
+        loads = loads + ((gl.load(at), gl.load(at + 1), gl.load(at + 2),
+                          rows_r.index(r0 + u).load(ROW), rows_i.index(r0 + u).load(ROW)),)
+    out = ()
+    for u in gl.static_range(N):
+        e, cd, sd, xr, xi = loads[u]
+        ar, ai, _ = transition_cs(nu, cos_theta, sin_theta, e, cd, sd)
+        out = out + ((ar, ai, xr.to(gl.float32), xi.to(gl.float32)),)
+    return out
 
 
 @gluon.jit(do_not_specialize=["B", "L", "M", "n_mtiles", "n_chunks", "ticket0", "status0"])
@@ -203,13 +211,14 @@ def lookback_once_forward(
         _cta_barrier()                   # other threads' copies (and the table rows)
         first = g * (GR // UNROLL)
         for rb in range(first, gl.minimum(blocks, first + GR // UNROLL)):
+            block = _rows(rows_r, rows_i, ctl_c, rb * UNROLL, nu, cos_theta, sin_theta, ROW,
+                          UNROLL)
             for u in gl.static_range(UNROLL):
-                ar, ai, ur, ui = _row(rows_r, rows_i, ctl_c, rb * UNROLL + u, nu, cos_theta,
-                                      sin_theta, ROW)
+                ar, ai, ur, ui = block[u]
                 qr, qi = cmul_add(ar, ai, qr, qi, ur, ui)
                 pr, pi = cmul(ar, ai, pr, pi)
     for r in range(blocks * UNROLL, n):
-        ar, ai, ur, ui = _row(rows_r, rows_i, ctl_c, r, nu, cos_theta, sin_theta, ROW)
+        ar, ai, ur, ui = _rows(rows_r, rows_i, ctl_c, r, nu, cos_theta, sin_theta, ROW, 1)[0]
         qr, qi = cmul_add(ar, ai, qr, qi, ur, ui)
         pr, pi = cmul(ar, ai, pr, pi)
 
@@ -240,14 +249,16 @@ def lookback_once_forward(
     y_r_c = y_r_ptr + tok0 * M
     y_i_c = y_i_ptr + tok0 * M
     for rb in range(0, blocks):
+        block = _rows(rows_r, rows_i, ctl_c, rb * UNROLL, nu, cos_theta, sin_theta, ROW,
+                      UNROLL)
         for u in gl.static_range(UNROLL):
             r = rb * UNROLL + u
-            ar, ai, ur, ui = _row(rows_r, rows_i, ctl_c, r, nu, cos_theta, sin_theta, ROW)
+            ar, ai, ur, ui = block[u]
             hr, hi = cmul_add(ar, ai, hr, hi, ur, ui)
             gl.store(y_r_c + r * M + lane, hr.to(y_r_ptr.dtype.element_ty), mask=lane_ok)
             gl.store(y_i_c + r * M + lane, hi.to(y_i_ptr.dtype.element_ty), mask=lane_ok)
     for r in range(blocks * UNROLL, n):
-        ar, ai, ur, ui = _row(rows_r, rows_i, ctl_c, r, nu, cos_theta, sin_theta, ROW)
+        ar, ai, ur, ui = _rows(rows_r, rows_i, ctl_c, r, nu, cos_theta, sin_theta, ROW, 1)[0]
         hr, hi = cmul_add(ar, ai, hr, hi, ur, ui)
         gl.store(y_r_c + r * M + lane, hr.to(y_r_ptr.dtype.element_ty), mask=lane_ok)
         gl.store(y_i_c + r * M + lane, hi.to(y_i_ptr.dtype.element_ty), mask=lane_ok)
