@@ -51,7 +51,7 @@ def test_capability_and_configs():
 
 _CONFIGS = [
     LookbackConfig(chunk=64, block_m=256, num_warps=2, inner="loop"),
-    LookbackConfig(chunk=32, block_m=128, num_warps=4, inner="loop"),
+    LookbackConfig(chunk=32, block_m=256, num_warps=2, inner="loop"),
     LookbackConfig(chunk=64, block_m=512, num_warps=4, inner="loop", rows=2, stages=4),
     LookbackConfig(chunk=64, block_m=128, num_warps=2, inner="loop", lookback_width=8,
                    stages=6),
@@ -65,11 +65,16 @@ _CONFIGS = [
 def test_gpu_matches_reference(cfg, dtype):
     """Forward and every gradient against the float64 reference: many chunks (L ragged
     against every chunk), ragged mode tiles (M = 136, 520), resets, h0, final state."""
+    ran = 0
     for B, L, M in [(2, 1000, 136), (1, 333, 520), (3, 64, 8)]:
         problem = _problem(B, L, M, dtype, resets=True, initial_state=True, final_state=True)
+        if not STRATEGY.valid(problem, cfg):
+            continue              # e.g. fp32 chunks over the shared memory limit
+        ran += 1
         inputs = random_inputs(problem, seed=L, device="cuda", reset_rate=0.01)
         failure = verify(lambda inp: STRATEGY.run(inp, cfg), inputs, problem, seed=L)
         assert failure is None, (B, L, M, failure)
+    assert ran or dtype == "float32"
 
 
 @pytest.mark.gpu

@@ -57,19 +57,25 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
 
 
 def default(problem: ScanProblem) -> LookbackConfig:
-    """64-step chunks of 256 modes at 2 warps (128 where M < 256), the backward fields those
-    of the ``lookback`` default at that chunk and width where valid."""
+    """Forward: 32-step chunks of 256 modes at 2 warps (128 where M < 256), the fastest forward
+    measured on an H100 at (8, 8192, 1024), (4, 16384, 256) and (16, 1024, 1024): 0.236 /
+    0.083 / 0.072 ms against 0.241-0.290 / 0.085-0.090 / 0.076-0.088 for 64-step chunks
+    (docs/performance.md).  Training: 64-step chunks (the backward walk's pipeline stages need
+    them), the backward fields those of the ``lookback`` default (at (8, 8192, 1024): one row,
+    6 stages, 0.655 ms against 0.678 for two rows)."""
     base = lookback_config.default(problem)
     block_m = 256 if problem.M >= 256 else 128
-    for chunk in (64, 32):
-        fields = dict(chunk=chunk, block_m=block_m, num_warps=2, inner="loop",
-                      lookback="decoupled")
-        for backward in (dict(rows=base.rows, stages=base.stages,
-                              lookback_width=base.lookback_width), {}):
-            cfg = LookbackConfig(**fields, **(backward if problem.backward else {}))
-            if valid(problem, cfg):
-                return cfg
-    return LookbackConfig(chunk=64, block_m=block_m, num_warps=2, inner="loop")
+    fields = dict(block_m=block_m, num_warps=2, inner="loop", lookback="decoupled")
+    if problem.backward:
+        candidates = [dict(chunk=64, rows=base.rows, stages=base.stages,
+                           lookback_width=base.lookback_width), dict(chunk=64), dict(chunk=32)]
+    else:
+        candidates = [dict(chunk=32), dict(chunk=64)]
+    for extra in candidates:
+        cfg = LookbackConfig(**fields, **extra)
+        if valid(problem, cfg):
+            return cfg
+    return LookbackConfig(**fields, chunk=64)
 
 
 def workspace_bytes(problem: ScanProblem, cfg: LookbackConfig) -> int:
