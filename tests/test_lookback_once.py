@@ -111,3 +111,29 @@ def test_gpu_unaligned_rows_fall_back():
     got = STRATEGY.run(inputs.replace(br=br), cfg)
     want = STRATEGY.run(inputs, cfg)
     assert relative_error(got.real, want.real) <= 1e-6
+
+
+def test_rule_takes_it_for_large_cuda_scans():
+    """With a CUDA device (and no interpreter), the rule picks ``lookback_once`` from B L M =
+    2^24 (training also from B M = 8192) and ``lookback`` below; under the interpreter it is
+    never eligible, so the rule's answer falls through to ``lookback``."""
+    from samu_tune import rule_choice
+    from samu_tune.device import DeviceInfo
+    from samu_tune.settings import environment, reload_settings
+    h100 = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", capability=(9, 0),
+                      sm_count=132)
+    cases = {((8, 8192, 1024), False): "lookback_once", ((8, 8192, 1024), True): "lookback_once",
+             ((4, 16384, 256), False): "lookback_once", ((4, 16384, 256), True): "lookback",
+             ((4, 4096, 512), False): "lookback", ((3, 5000, 304), False): "lookback"}
+    try:
+        for interpret, want_once in (("0", True), ("1", False)):
+            with environment(TRITON_INTERPRET=interpret):
+                reload_settings()
+                for ((B, L, M), backward), want in cases.items():
+                    choice = rule_choice(_problem(B, L, M, "bfloat16", backward=backward), h100)
+                    expected = want if want_once else "lookback"
+                    assert choice.strategy.name == expected, ((B, L, M), backward, choice.why)
+                    assert choice.strategy.valid(_problem(B, L, M, "bfloat16",
+                                                          backward=backward), choice.config)
+    finally:
+        reload_settings()

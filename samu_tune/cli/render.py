@@ -145,6 +145,10 @@ def capability_text(s: "Strategy") -> str:
         parts.append(f"L<={cap.max_length}")
     if getattr(cap, "min_compute_capability", None) is not None:
         parts.append("sm>=%d%d" % cap.min_compute_capability)
+    if getattr(cap, "modes_multiple", 1) > 1:
+        parts.append(f"M % {cap.modes_multiple} == 0")
+    if not getattr(cap, "interpreter", True):
+        parts.append("no interpreter (Gluon)")
     if getattr(cap, "fused_io", False):
         parts.append("needs a loop-inner look-back config")
     return "; ".join(parts)
