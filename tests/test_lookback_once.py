@@ -137,3 +137,46 @@ def test_rule_takes_it_for_large_cuda_scans():
                                                           backward=backward), choice.config)
     finally:
         reload_settings()
+
+
+def test_once_plan_forward_launches_on_the_launch_head(monkeypatch):
+    """A ``once`` plan's forward goes to the read-once launch with the look-back launch's own
+    programs, head and summaries; where ``can_run`` refuses (or backward), the Triton kernel
+    runs and the results are the reference's.  The Gluon launch is a recording stub here (the
+    interpreter cannot run Gluon)."""
+    from samu_tune import scratch
+    from samu_tune.ops.scan.strategies import lookback as lb
+    from samu_tune.ops.scan.strategies.lookback import LookbackPlan
+
+    calls = []
+
+    class Stub:
+        ok = True
+
+        @staticmethod
+        def can_run(M, *rows):
+            return Stub.ok and len(rows) == 4
+
+        @staticmethod
+        def launch(plan, slots, sync, carry, *args):
+            calls.append((plan.once, slots, carry.numel(), args[-7:-2]))
+
+    monkeypatch.setattr(lb, "ONCE_FORWARD", Stub)
+    plan = LookbackPlan.of(LookbackConfig(chunk=32, block_m=64, num_warps=2, inner="loop"),
+                           once=True)
+    problem = _problem(2, 70, 16, device="cpu", backward=False)
+    inputs = random_inputs(problem, seed=0)
+    try:
+        with torch.no_grad():
+            lb.lookback_scan(inputs, plan)
+        # B * one mode tile * three 32-step chunks; B L M as passed
+        assert calls == [(True, 6, lb._carry_words(2, 70, 16, plan), (2, 70, 16, 1, 3))]
+        Stub.ok = False
+        with torch.no_grad():
+            out = lb.lookback_scan(inputs, plan)
+        assert len(calls) == 1
+        ref = registry.get("reference")
+        want = ref.run(inputs, ref.default_config(problem))
+        assert relative_error(out.real, want.real) <= 1e-5
+    finally:
+        scratch.clear()       # the stub ran nothing on the kept head

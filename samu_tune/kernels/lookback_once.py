@@ -30,7 +30,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from samu_tune.kernels.complex_math import cmul, cmul_add, transition_cs
 from samu_tune.kernels.controls import TABLE_COLS
-from samu_tune.kernels.lookback import SLOT_ROWS
+from samu_tune.kernels.lookback import SLOT_ROWS, _publish, _status
 
 # names that changed after Triton 3.6: cp.async global -> shared (``async_load``), the CTA
 # barrier (``barrier``) and a shared buffer seen with another shape or layout
@@ -51,13 +51,6 @@ def _as_rows(buf, CHUNK: gl.constexpr, BLOCK_M: gl.constexpr, LAYOUT: gl.constex
 
 
 @gluon.jit
-def _publish(flag_ptr, status):
-    """Set a status after this program's payload stores (all threads) are visible GPU-wide."""
-    _cta_barrier()
-    gl.atomic_xchg(flag_ptr, status, sem="release")
-
-
-@gluon.jit
 def _carry_in(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, status0,
               BLOCK_M: gl.constexpr):
     """The state entering chunk ``c`` ([BLOCK_M] pair): predecessors c-1, c-2, ... one per
@@ -73,7 +66,7 @@ def _carry_in(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, status0,
     j = c - 1
     while j >= 0:
         word = gl.atomic_add(sync_ptr + 1 + (slot - c + j), 0, sem="acquire")
-        status = gl.maximum(word - status0, 0)
+        status = _status(word, status0)
         at = carry_ptr + (slot - c + j).to(gl.int64) * (SLOT_ROWS * BLOCK_M) + lane_t
         if status == 2:
             sr = gl.load(at + 4 * BLOCK_M, volatile=True)

@@ -39,8 +39,9 @@ from samu_tune.ops.scan.strategies import lookback_config
 
 # the scan kernel, launched directly after its first launch per specialisation
 _scan_kernel = fast(lookback_kernels.lookback_scan)
-# the read-once forward of plans with ``once`` (set by :mod:`.lookback_once`): launches and
-# returns True, or returns False where it cannot run (the Triton kernel launches instead)
+# the read-once forward of plans with ``once``: the module :mod:`.lookback_once` (set there),
+# whose ``can_run`` says whether a forward launch can take it (else the Triton kernel runs)
+# and whose ``launch`` launches it on this launch's head and summaries
 ONCE_FORWARD = None
 
 from samu_tune.ops.scan.strategies.lookback_config import (  # noqa: F401  (lookback.valid, ...)
@@ -171,9 +172,8 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
     whose blocks it reassigns as it sees fit."""
     if plan.loop and ctl is None:
         raise ValueError("a loop-inner look-back launch needs its control table")
-    if plan.once and not reverse and gamma is None and ONCE_FORWARD(
-            plan, B, L, M, eta, delta, nu_log, theta_log, seg, x, h0, y, end, ctl, sync, kept):
-        return
+    once = (plan.once and not reverse and gamma is None
+            and ONCE_FORWARD.can_run(M, x[0], x[1], y[0], y[1]))
     slots, carry_words, nmt, nch, kwargs = _launch_spec(
         plan, reverse, B, L, M, seg is not None, h0[0] is not None, gamma is not None, save_h,
         end[0] is not None, make_table)
@@ -184,6 +184,10 @@ def _launch(plan: LookbackPlan, reverse: bool, B: int, L: int, M: int, *, eta, d
     words = 0 if sync is not None else _head_words(B, L, M, plan)
     # kwargs: the memoized dict of _launch_spec, never changed
     with _scratch.Head(sync, words, slots, dev, kept) as (sync, ticket0, status0):
+        if once:
+            ONCE_FORWARD.launch(plan, slots, sync, carry, eta, delta, nu_log, theta_log, seg,
+                                ctl, x, h0, y, end, B, L, M, nmt, nch, ticket0, status0)
+            return
         _scan_kernel.launch((slots,), (
             sync, carry, eta, delta, nu_log, theta_log, seg, ctl, gamma, o, xw, p_gamma, x[0],
             x[1], h0[0], h0[1], y[0], y[1], end[0], end[1], gx[0], gx[1], gh0[0], gh0[1],

@@ -21,11 +21,9 @@ from samu_tune.launcher import fast
 from samu_tune.ops.scan.capability import Capability
 from samu_tune.ops.scan.problem import ScanProblem
 from samu_tune.ops.scan.strategies import lookback, lookback_config
-from samu_tune.ops.scan.strategies.lookback_config import (
-    LookbackConfig, n_chunks, n_mode_tiles)
+from samu_tune.ops.scan.strategies.lookback_config import LookbackConfig
 from samu_tune.problem import TORCH_DTYPES
 from samu_tune.registry import Strategy, register
-from samu_tune import scratch as _scratch
 
 try:
     from samu_tune.kernels import lookback_once as once_kernels
@@ -78,10 +76,6 @@ def default(problem: ScanProblem) -> LookbackConfig:
     return LookbackConfig(**fields, chunk=64)
 
 
-def workspace_bytes(problem: ScanProblem, cfg: LookbackConfig) -> int:
-    return lookback.workspace_bytes(problem, cfg)
-
-
 @functools.lru_cache(maxsize=256)
 def _keywords(plan: lookback.LookbackPlan, resets: bool, has_h0: bool, itemsize: int) -> dict:
     """The Gluon kernel's keywords per specialisation (one dict, kept: the direct launch keys
@@ -93,30 +87,21 @@ def _keywords(plan: lookback.LookbackPlan, resets: bool, has_h0: bool, itemsize:
                 **LAUNCH_OPTIONS)
 
 
-def _aligned(*tensors: torch.Tensor) -> bool:
-    return all(t.data_ptr() % 16 == 0 for t in tensors)
+def can_run(M: int, *rows: torch.Tensor) -> bool:
+    """Whether a forward launch can run the Gluon kernel: M a multiple of 8 and every row
+    array (br, bi, the outputs) 16-byte aligned."""
+    return M % 8 == 0 and all(t.data_ptr() % 16 == 0 for t in rows)
 
 
-def launch_forward(plan: lookback.LookbackPlan, B: int, L: int, M: int, eta, delta, nu_log,
-                   theta_log, seg, x, h0, y, end, ctl, sync, kept) -> bool:
-    """The read-once forward launch (``lookback.ONCE_FORWARD``): False, launching nothing,
-    where M is not a multiple of 8 or a row array is not 16-byte aligned."""
-    if M % 8 or not _aligned(x[0], x[1], y[0], y[1]):
-        return False
-    nmt = n_mode_tiles(M, plan.block_m)
-    nch = n_chunks(L, plan.chunk)
-    slots = B * nmt * nch
-    dev = x[0].device
-    words = lookback._carry_words(B, L, M, plan)
-    carry = (_scratch.fp32("carry", words, dev) if kept
-             else torch.empty(words, dtype=torch.float32, device=dev))
+def launch(plan: lookback.LookbackPlan, slots: int, sync, carry, eta, delta, nu_log, theta_log,
+           seg, ctl, x, h0, y, end, B: int, L: int, M: int, nmt: int, nch: int, ticket0: int,
+           status0: int) -> None:
+    """The read-once forward on the head and summaries of a look-back launch
+    (:func:`samu_tune.ops.scan.strategies.lookback._launch`, where :func:`can_run`)."""
     kwargs = _keywords(plan, seg is not None, h0[0] is not None, x[0].element_size())
-    head = 0 if sync is not None else lookback._head_words(B, L, M, plan)
-    with _scratch.Head(sync, head, slots, dev, kept) as (sync, ticket0, status0):
-        _once_kernel.launch((slots,), (
-            sync, carry, eta, delta, nu_log, theta_log, seg, ctl, x[0], x[1], h0[0], h0[1],
-            y[0], y[1], end[0], end[1], B, L, M, nmt, nch, ticket0, status0), kwargs)
-    return True
+    _once_kernel.launch((slots,), (
+        sync, carry, eta, delta, nu_log, theta_log, seg, ctl, x[0], x[1], h0[0], h0[1], y[0],
+        y[1], end[0], end[1], B, L, M, nmt, nch, ticket0, status0), kwargs)
 
 
 def run(inputs, cfg: LookbackConfig):
@@ -125,7 +110,7 @@ def run(inputs, cfg: LookbackConfig):
 
 if once_kernels is not None:
     _once_kernel = fast(once_kernels.lookback_once_forward)
-    lookback.ONCE_FORWARD = launch_forward
+    lookback.ONCE_FORWARD = sys.modules[__name__]
     STRATEGY = register(Strategy(
         name="lookback_once",
         description="lookback whose forward stages each chunk in shared memory (Gluon): "
@@ -137,7 +122,7 @@ if once_kernels is not None:
         config_model=LookbackConfig,
         valid=valid,
         default=default,
-        workspace_bytes=workspace_bytes,
+        workspace_bytes=lookback.workspace_bytes,
         priority=10,
         modules=(sys.modules[__name__], lookback_config, sys.modules[lookback.__name__],
                  once_kernels, *lookback.KERNEL_MODULES),
