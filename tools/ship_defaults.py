@@ -2,9 +2,10 @@
 
     python -m tools.ship_defaults benchmarks/results/NVIDIA-H200/s16/final/grid/bench.json
 
-(the shipped H200 table's scan entries are the first command's output for that file; its
-decode entries are ``tools/tune_decode.py``'s winners, merged in from its cache file
-``benchmarks/results/NVIDIA-H200/s13/decode/cache/``: this command writes scan entries only)
+(the shipped H200 table's decode entries are ``tools/tune_decode.py``'s winners, merged in from
+its cache file ``benchmarks/results/NVIDIA-H200/s13/decode/cache/``).  The command replaces the
+entries of the cases the benchmark timed and keeps every other entry of an existing table of
+the same signature (decode entries, shapes the benchmark did not run), listing them.
 
 For every (shape, dtype, mode) of the benchmark, the fastest timed registered strategy and
 config wins; the runner-up is the fastest of a different strategy or config.  The file has the
@@ -62,11 +63,17 @@ def main(argv=None) -> None:
     data = json.loads(src.read_text())
     meta = cache.CacheMeta(signature=data["signature"], samu_tune=data["samu_tune"],
                            torch=data["torch"], triton=data["triton"], written_at=data["started"])
-    table = cache.CacheFile(meta=meta, entries=entries(data))
+    new = entries(data)
     dest = ROOT / "samu_tune" / "defaults" / f"{data['signature']}.json"
+    kept = {}
+    if dest.exists():
+        old = cache.CacheFile.model_validate_json(dest.read_text())
+        kept = {k: e for k, e in old.entries.items() if k not in new}
+    table = cache.CacheFile(meta=meta, entries={**kept, **new})
     dest.write_text(table.model_dump_json(indent=1))
-    print(f"{dest}: {len(table.entries)} entries")
-    for e in table.entries.values():
+    print(f"{dest}: {len(table.entries)} entries ({len(kept)} kept from the existing table: "
+          f"{', '.join(kept) or 'none'})")
+    for e in new.values():
         print(f"  {e.key:28s} {e.strategy:10s} {e.time_ms:7.3f} ms  {e.config}")
 
 
