@@ -64,16 +64,18 @@ _CONFIGS = [
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_gpu_matches_reference(cfg, dtype):
     """Forward and every gradient against the float64 reference: many chunks (L ragged
-    against every chunk), ragged mode tiles (M = 136, 520), resets, h0, final state."""
+    against every chunk), ragged mode tiles (M = 136, 520), resets, h0 and final state or
+    neither."""
     ran = 0
-    for B, L, M in [(2, 1000, 136), (1, 333, 520), (3, 64, 8)]:
-        problem = _problem(B, L, M, dtype, resets=True, initial_state=True, final_state=True)
+    for (B, L, M), state in [((2, 1000, 136), True), ((1, 333, 520), True), ((3, 64, 8), True),
+                             ((2, 1000, 136), False)]:
+        problem = _problem(B, L, M, dtype, resets=True, initial_state=state, final_state=state)
         if not STRATEGY.valid(problem, cfg):
             continue              # e.g. fp32 chunks over the shared memory limit
         ran += 1
         inputs = random_inputs(problem, seed=L, device="cuda", reset_rate=0.01)
         failure = verify(lambda inp: STRATEGY.run(inp, cfg), inputs, problem, seed=L)
-        assert failure is None, (B, L, M, failure)
+        assert failure is None, (B, L, M, state, failure)
     assert ran or dtype == "float32"
 
 
@@ -97,6 +99,35 @@ def test_gpu_large_shapes_match_lookback(shape):
                      (got.final_state[1], want.final_state[1])):
             assert relative_error(g, w) <= TOLERANCES["bfloat16"].forward
     torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(8, 4096, 1024), (2, 65536, 128)])
+def test_gpu_large_training_matches_lookback(shape):
+    """Training at thousands of chunks: outputs and every gradient (resets, h0, final state)
+    against the ``lookback`` strategy's, in relative norm, with the default training config."""
+    B, L, M = shape
+    problem = _problem(B, L, M, "bfloat16", initial_state=True, final_state=True, resets=True)
+    inputs = random_inputs(problem, seed=B, device="cuda", reset_rate=0.001)
+    g = torch.Generator(device="cuda").manual_seed(5)
+    up = [torch.randn(B, L, M, generator=g, device="cuda").to(torch.bfloat16) for _ in range(2)]
+    up += [torch.randn(B, M, generator=g, device="cuda") for _ in range(2)]
+
+    def outputs_and_grads(strat, cfg):
+        leaves = [t.detach().requires_grad_(True) for t in inputs.differentiable()]
+        eta, delta, nu_log, theta_log, br, bi = leaves[:6]
+        out = strat.run(inputs.replace(eta=eta, delta=delta, nu_log=nu_log,
+                                       theta_log=theta_log, br=br, bi=bi,
+                                       initial_state=tuple(leaves[6:])), cfg)
+        outs = (out.real, out.imag, *out.final_state)
+        return [*outs, *torch.autograd.grad(outs, leaves, up)]
+
+    lookback = registry.get("lookback")
+    want = outputs_and_grads(lookback, lookback.default(problem))
+    got = outputs_and_grads(STRATEGY, STRATEGY.default(problem))
+    tol = TOLERANCES["bfloat16"]
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert relative_error(a, b) <= (tol.forward if i < 4 else tol.gradient), i
 
 
 @pytest.mark.gpu

@@ -21,8 +21,9 @@ Triton cannot keep a chunk between the two walks (registers cannot be indexed by
 
 Rows walk UNROLL at a time (their loads issued together), the chunk's last n % UNROLL rows
 one at a time.  M is a multiple of 8 (16-byte copies of bf16 rows); the host checks it.
-Forward only: the backward is the Triton loop walk, which reads each input once already
-(its chunk's rows in registers one step at a time) and the table this kernel writes.
+Forward only: the backward is the Triton loop walk (reading the table this kernel writes),
+whose software pipeline keeps the second read of d out in flight; the same staging for the
+backward ran no faster than it on an H100 (docs/performance.md).
 """
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
