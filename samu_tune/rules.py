@@ -33,23 +33,19 @@ Rule = Callable[[Problem, list[Strategy]], Optional[tuple[str, str]]]
 # Shape rules, most specific first: the strategies set priorities, and rules are added here
 # once GPU measurements show where priority order is wrong.
 
-# B L M from which the read-once forward wins, and B M from which its training call does
-# (H100, docs/performance.md: forward 0.236 / 0.083 / 0.072 ms against lookback's 0.300 /
-# 0.101 / 0.086 at (8, 8192, 1024), (4, 16384, 256), (16, 1024, 1024); training 0.655 / 0.198
-# against 0.709 / 0.203 at B M = 8192 / 16384, 0.128 against 0.121 at (4, 4096, 512))
+# B L M from which the read-once scan wins, forward and training (H100, docs/performance.md:
+# forward 0.236 / 0.083 / 0.072 ms against lookback's 0.300 / 0.101 / 0.086 at (8, 8192, 1024),
+# (4, 16384, 256), (16, 1024, 1024); training 0.655 / 0.2226 / 0.198 / 0.2606 against 0.709 /
+# 0.2338 / 0.203 / 0.2832 there and at (2, 65536, 128); below, at (4, 4096, 512), a tie forward
+# and 0.128 against 0.121 training)
 READ_ONCE_MIN_ELEMENTS = 1 << 24
-READ_ONCE_MIN_TRAIN_BM = 8192
 
 
 def _read_once(problem: Problem, eligible: list[Strategy]) -> Optional[tuple[str, str]]:
     """Large scans: ``lookback_once`` (each input read once by the forward), where eligible."""
     if problem.op != "scan" or problem.B * problem.L * problem.M < READ_ONCE_MIN_ELEMENTS:
         return None
-    if problem.backward and problem.B * problem.M < READ_ONCE_MIN_TRAIN_BM:
-        return None
-    return "lookback_once", (f"B L M >= {READ_ONCE_MIN_ELEMENTS}"
-                             + (f", B M >= {READ_ONCE_MIN_TRAIN_BM}" if problem.backward else "")
-                             + ": the read-once forward")
+    return "lookback_once", f"B L M >= {READ_ONCE_MIN_ELEMENTS}: the read-once forward"
 
 
 RULES: list[Rule] = [_read_once]

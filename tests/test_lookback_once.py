@@ -146,7 +146,7 @@ def test_gpu_unaligned_rows_fall_back():
 
 def test_rule_takes_it_for_large_cuda_scans():
     """With a CUDA device (and no interpreter), the rule picks ``lookback_once`` from B L M =
-    2^24 (training also from B M = 8192) and ``lookback`` below; under the interpreter it is
+    2^24, forward and training, and ``lookback`` below; under the interpreter it is
     never eligible, so the rule's answer falls through to ``lookback``."""
     from samu_tune import rule_choice
     from samu_tune.device import DeviceInfo
@@ -154,7 +154,8 @@ def test_rule_takes_it_for_large_cuda_scans():
     h100 = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", capability=(9, 0),
                       sm_count=132)
     cases = {((8, 8192, 1024), False): "lookback_once", ((8, 8192, 1024), True): "lookback_once",
-             ((4, 16384, 256), False): "lookback_once", ((4, 16384, 256), True): "lookback",
+             ((4, 16384, 256), False): "lookback_once", ((4, 16384, 256), True): "lookback_once",
+             ((2, 65536, 128), True): "lookback_once", ((4, 4096, 512), True): "lookback",
              ((4, 4096, 512), False): "lookback", ((3, 5000, 304), False): "lookback"}
     try:
         for interpret, want_once in (("0", True), ("1", False)):
