@@ -45,7 +45,8 @@ def _read_once(problem: Problem, eligible: list[Strategy]) -> Optional[tuple[str
     """Large scans: ``lookback_once`` (each input read once by the forward), where eligible."""
     if problem.op != "scan" or problem.B * problem.L * problem.M < READ_ONCE_MIN_ELEMENTS:
         return None
-    return "lookback_once", f"B L M >= {READ_ONCE_MIN_ELEMENTS}: the read-once forward"
+    return "lookback_once", (f"B L M >= {READ_ONCE_MIN_ELEMENTS}: the read-once forward "
+                             "(training too)")
 
 
 RULES: list[Rule] = [_read_once]

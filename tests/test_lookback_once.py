@@ -103,9 +103,23 @@ def test_gpu_large_shapes_match_lookback(shape):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(8, 4096, 1024), (2, 65536, 128)])
-def test_gpu_large_training_matches_lookback(shape):
+def test_gpu_large_training_matches_lookback(shape, monkeypatch):
     """Training at thousands of chunks: outputs and every gradient (resets, h0, final state)
-    against the ``lookback`` strategy's, in relative norm, with the default training config."""
+    against the ``lookback`` strategy's, in relative norm, with the default training config
+    (the same config as ``lookback``'s here: the read-once forward is what differs, and the
+    test checks it ran)."""
+    from samu_tune.ops.scan.strategies import lookback as lb
+    read_once, launches = lb.ONCE_FORWARD, []
+
+    class Counting:
+        can_run = staticmethod(read_once.can_run)
+
+        @staticmethod
+        def launch(*args):
+            launches.append(args[0])
+            read_once.launch(*args)
+
+    monkeypatch.setattr(lb, "ONCE_FORWARD", Counting)
     B, L, M = shape
     problem = _problem(B, L, M, "bfloat16", initial_state=True, final_state=True, resets=True)
     inputs = random_inputs(problem, seed=B, device="cuda", reset_rate=0.001)
@@ -124,7 +138,9 @@ def test_gpu_large_training_matches_lookback(shape):
 
     lookback = registry.get("lookback")
     want = outputs_and_grads(lookback, lookback.default(problem))
+    assert not launches
     got = outputs_and_grads(STRATEGY, STRATEGY.default(problem))
+    assert len(launches) == 1
     tol = TOLERANCES["bfloat16"]
     for i, (a, b) in enumerate(zip(got, want)):
         assert relative_error(a, b) <= (tol.forward if i < 4 else tol.gradient), i

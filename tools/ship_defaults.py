@@ -55,19 +55,35 @@ def entries(data: dict) -> dict[str, cache.CacheEntry]:
     return out
 
 
-def main(argv=None) -> None:
+def _existing(dest: Path, signature: str) -> cache.CacheFile:
+    """The table at ``dest``; SystemExit naming the file when it does not parse or is
+    another signature's."""
+    try:
+        old = cache.CacheFile.model_validate_json(dest.read_text())
+    except ValueError as exc:
+        raise SystemExit(f"{dest}: not a table ({str(exc).splitlines()[0]}); fix it or pass "
+                         f"--replace") from None
+    if old.meta.signature != signature:
+        raise SystemExit(f"{dest}: holds {old.meta.signature!r}'s table, not {signature!r}; "
+                         f"pass --replace to overwrite it")
+    return old
+
+
+def main(argv=None, root: Path = ROOT) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("bench_json", type=Path, help="a bench.json of benchmarks/bench_scan.py")
+    ap.add_argument("--replace", action="store_true",
+                    help="write the benchmark's entries alone, dropping the existing table's")
     args = ap.parse_args(argv)
     src = args.bench_json
     data = json.loads(src.read_text())
     meta = cache.CacheMeta(signature=data["signature"], samu_tune=data["samu_tune"],
                            torch=data["torch"], triton=data["triton"], written_at=data["started"])
     new = entries(data)
-    dest = ROOT / "samu_tune" / "defaults" / f"{data['signature']}.json"
+    dest = root / "samu_tune" / "defaults" / f"{data['signature']}.json"
     kept = {}
-    if dest.exists():
-        old = cache.CacheFile.model_validate_json(dest.read_text())
+    if dest.exists() and not args.replace:
+        old = _existing(dest, data["signature"])
         kept = {k: e for k, e in old.entries.items() if k not in new}
     table = cache.CacheFile(meta=meta, entries={**kept, **new})
     dest.write_text(table.model_dump_json(indent=1))
