@@ -10,7 +10,7 @@ from samu_tune.ops.scan.strategies.lookback_config import LookbackConfig
 from tools import ship_defaults
 
 SIG = "TEST-GPU-sm90-132sm"
-H200 = "samu_tune/defaults/NVIDIA-H200-sm90-132sm.json"
+H200 = ship_defaults.ROOT / "samu_tune" / "defaults" / "NVIDIA-H200-sm90-132sm.json"
 
 
 def _bench(tmp_path, shapes, ms=0.5):
@@ -34,7 +34,7 @@ def test_merge_keeps_other_entries_and_refuses_unreadable(tmp_path):
     ship_defaults.main([str(_bench(tmp_path, [(1, 2048, 64), (2, 4096, 128)]))], root=root)
     table = cache.CacheFile.model_validate_json(_table(root).read_text())
     decode = next(e for k, e in cache.CacheFile.model_validate_json(
-        open(H200).read()).entries.items() if k.startswith("decode:"))
+        H200.read_text()).entries.items() if k.startswith("decode:"))
     table.entries[decode.key] = decode
     _table(root).write_text(table.model_dump_json())
 
@@ -51,7 +51,7 @@ def test_merge_keeps_other_entries_and_refuses_unreadable(tmp_path):
     assert len(cache.CacheFile.model_validate_json(_table(root).read_text()).entries) == 2
 
     # unreadable, or another GPU's table: nothing written
-    for text in ("{not json", open(H200).read()):
+    for text in ("{not json", H200.read_text()):
         _table(root).write_text(text)
         with pytest.raises(SystemExit, match="--replace"):
             ship_defaults.main([str(_bench(tmp_path, [(1, 2048, 64)]))], root=root)

@@ -36,6 +36,7 @@ _MAX_STAGED_BYTES = 128 * 1024
 _CHUNKS = (32, 64)
 _COPY_GROUPS = 4                 # commit groups per chunk: the summary starts on the first
 _UNROLL = 4                      # rows per walk step, their loads issued together
+_MODES_MULTIPLE = 8              # M a multiple of it: rows copied as 16-byte vectors (bf16)
 
 
 def staged_bytes(problem: ScanProblem, cfg: LookbackConfig) -> int:
@@ -49,7 +50,8 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
     only the backward reads (rows, stages, look-back width) are checked as the training
     problem's, forward too: a forward entry's config then also serves training, and the
     forward binary is the same for all of them (no compile)."""
-    return (cfg.inner == "loop" and cfg.lookback == "decoupled" and problem.M % 8 == 0
+    return (cfg.inner == "loop" and cfg.lookback == "decoupled"
+            and problem.M % _MODES_MULTIPLE == 0
             and cfg.chunk in _CHUNKS and staged_bytes(problem, cfg) <= _MAX_STAGED_BYTES
             and lookback_config.valid(problem.model_copy(update={"backward": True}), cfg))
 
@@ -90,7 +92,7 @@ def _keywords(plan: lookback.LookbackPlan, resets: bool, has_h0: bool, itemsize:
 def can_run(M: int, *rows: torch.Tensor) -> bool:
     """Whether a forward launch can run the Gluon kernel: M a multiple of 8 and every row
     array (br, bi, the outputs) 16-byte aligned."""
-    return M % 8 == 0 and all(t.data_ptr() % 16 == 0 for t in rows)
+    return M % _MODES_MULTIPLE == 0 and all(t.data_ptr() % 16 == 0 for t in rows)
 
 
 def launch(plan: lookback.LookbackPlan, slots: int, sync, carry, eta, delta, nu_log, theta_log,
@@ -117,7 +119,7 @@ if once_kernels is not None:
                     "inputs read once; CUDA sm_80+",
         capability=Capability(devices=frozenset({"cuda"}), interpreter=False,
                               deterministic=False, min_compute_capability=(8, 0),
-                              modes_multiple=8),
+                              modes_multiple=_MODES_MULTIPLE),
         run=run,
         config_model=LookbackConfig,
         valid=valid,
