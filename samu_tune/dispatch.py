@@ -138,13 +138,28 @@ def _from_tables(problem: Problem, dev: DeviceInfo, trail: list[str], *,
         for dist, entry in near:
             found, why = _usable(entry, problem, dev)
             if found:
-                return Decision(*found, "default" if shipped else "nearest", entry.key,
+                strat, cfg = found
+                fitted, note = _fitted(strat, cfg, problem)
+                return Decision(strat, fitted, "default" if shipped else "nearest", entry.key,
                                 f"nearest tuned key in the {where} (log-distance {dist:.3g})"
-                                + _older_source(entry, found[0]))
+                                + note + _older_source(entry, strat))
             trail.append(f"{where} nearest {entry.key}: {why}")
         if not near:
             trail.append(f"{where}: no entry with features {problem.feature_key()}")
     return None
+
+
+def _fitted(strat: Strategy, cfg: BaseModel, problem: Problem) -> tuple[BaseModel, str]:
+    """A nearest entry's config adapted to ``problem`` by the strategy's ``fit`` (kept as is
+    where it has none, or where the adapted config is not valid), and a note of what changed."""
+    if strat.fit is None:
+        return cfg, ""
+    new = strat.fit(problem, cfg)
+    if new == cfg or (strat.valid is not None and not strat.valid(problem, new)):
+        return cfg, ""
+    changed = ", ".join(f"{k} {getattr(cfg, k)} -> {getattr(new, k)}"
+                        for k in type(cfg).model_fields if getattr(cfg, k) != getattr(new, k))
+    return new, f"; fitted to this problem: {changed}"
 
 
 def _older_source(entry: cache.CacheEntry, strat: Strategy) -> str:

@@ -82,6 +82,9 @@ class Strategy:
     ``workspace_bytes(problem, cfg)`` is the extra device memory beyond inputs and outputs;
     ``priority`` orders rule-based choice (higher first); ``modules`` are hashed into
     :attr:`source_hash` so a change to the strategy or its kernels invalidates its cache entries.
+    ``fit(problem, cfg)``, optional, adapts a config tuned for another problem to this one
+    (dispatch applies it to a nearest-key entry, never to an exact one): e.g. a mode tile that
+    divides M.  It returns ``cfg`` itself where nothing changes.
     """
 
     name: str
@@ -91,6 +94,7 @@ class Strategy:
     config_model: type[BaseModel] = EmptyConfig
     valid: Optional[Callable[[Problem, BaseModel], bool]] = None
     default: Optional[Callable[[Problem], BaseModel]] = None
+    fit: Optional[Callable[[Problem, BaseModel], BaseModel]] = None
     workspace_bytes: Callable[[Problem, BaseModel], int] = lambda problem, cfg: 0
     priority: int = 0
     modules: tuple[ModuleType, ...] = ()

@@ -149,6 +149,34 @@ def test_nearest_keys_keep_narrow_and_long_problems_apart(fakes):
     assert dispatch.choose(long).source_key == "B16-L65536-M1024-f32-forward"
 
 
+def test_nearest_config_is_fitted_to_the_problem_exact_is_not(env):
+    """A strategy's ``fit`` adapts a nearest entry's config to the problem (the detail says
+    what changed); an exact entry runs as tuned; a fitted config that is not valid for the
+    problem is dropped for the entry's own."""
+    import dataclasses
+    calls = []
+    refuse = []
+    grid = dataclasses.replace(
+        fake("grid", grid_cost, config_model=GridConfig, calls=calls,
+             valid=lambda p, cfg: cfg.a < p.M and cfg.b not in refuse),
+        fit=lambda p, cfg: cfg.model_copy(update={"b": 1}))
+    env.add(grid)
+    _put("B8-L16-M1-f32-forward", "grid", {"a": 2, "b": 0})      # nearest to PROBLEM
+    d = dispatch.choose(PROBLEM)
+    assert (d.source, d.config) == ("nearest", GridConfig(a=2, b=1))
+    assert "fitted to this problem: b 0 -> 1" in d.detail
+    _scan()
+    assert calls[-1] == ("grid", GridConfig(a=2, b=1))
+    refuse.append(1)
+    dispatch.clear_memo()
+    d = dispatch.choose(PROBLEM)
+    assert d.config == GridConfig(a=2, b=0) and "fitted" not in d.detail
+    refuse.clear()
+    _put(PROBLEM.key(), "grid", {"a": 3, "b": 2})
+    d = dispatch.choose(PROBLEM)
+    assert (d.source, d.config) == ("exact", GridConfig(a=3, b=2))
+
+
 def test_tuner_priors_cross_the_boundaries_that_serving_keeps(fakes):
     """A winner of a narrow problem is served only to narrow problems, but the tuner times it
     first for a problem of another kind too (ScanProblem.prior_features)."""

@@ -47,6 +47,27 @@ def test_capability_and_configs():
     assert not STRATEGY.configs(_problem(8, 8192, 1024, deterministic=True))
 
 
+def test_fit_narrows_the_mode_tile_where_it_covers_fewer_modes():
+    """A nearest entry's 256-mode tile becomes 128 modes where M leaves half a tile idle
+    (M = 384: two tiles of 256 cover 512 modes, three of 128 cover 384), at the same lanes per
+    thread; the default does the same; where 256 covers no more, nothing changes."""
+    assert once.fitted_tile(384, 256, 2) == (128, 2)
+    assert once.fitted_tile(384, 512, 4) == (128, 2)
+    assert once.fitted_tile(1000, 256, 2) == (256, 2)      # 1024 modes either way
+    assert once.fitted_tile(2048, 512, 4) == (512, 4)
+    assert once.fitted_tile(640, 512, 4) == (128, 2)
+    near = LookbackConfig(chunk=32, block_m=256, num_warps=2, inner="loop")
+    fwd = _problem(24, 700, 384, "bfloat16", backward=False)
+    assert STRATEGY.fit(fwd, near) == near.model_copy(update={"block_m": 128})
+    assert STRATEGY.default(fwd).block_m == 128
+    train = _problem(24, 700, 384, "bfloat16")
+    staged = LookbackConfig(chunk=64, block_m=256, num_warps=2, inner="loop", rows=2, stages=6)
+    assert STRATEGY.fit(train, staged) == staged.model_copy(update={"block_m": 128})
+    big = _problem(8, 8192, 1024, "bfloat16", backward=False)
+    assert STRATEGY.fit(big, near) is near
+    assert STRATEGY.default(big).block_m == 256
+
+
 # ---- GPU -----------------------------------------------------------------------------------
 
 _CONFIGS = [

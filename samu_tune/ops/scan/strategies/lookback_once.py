@@ -37,6 +37,7 @@ _CHUNKS = (32, 64)
 _COPY_GROUPS = 4                 # commit groups per chunk: the summary starts on the first
 _UNROLL = 4                      # rows per walk step, their loads issued together
 _MODES_MULTIPLE = 8              # M a multiple of it: rows copied as 16-byte vectors (bf16)
+_MIN_FIT_TILE = 128              # the narrowest mode tile :func:`fit` narrows to
 
 
 def staged_bytes(problem: ScanProblem, cfg: LookbackConfig) -> int:
@@ -56,16 +57,46 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
             and lookback_config.valid(problem.model_copy(update={"backward": True}), cfg))
 
 
+def fitted_tile(M: int, block_m: int, num_warps: int) -> tuple[int, int]:
+    """(block_m, num_warps) of the widest tile, down to ``_MIN_FIT_TILE`` modes, that covers
+    M with the fewest modes (``block_m`` where a narrower one covers no fewer), at the same
+    lanes per thread, 2 warps at least.  The forward stages and walks whole tiles, padding
+    included: at (24, 700, 384) on an H100, 128-mode tiles ran 0.0347 ms against 0.0417 for
+    256-mode ones (two tiles covering 512 modes)."""
+    lanes = block_m // (32 * num_warps)
+    best = block_m
+    tile = block_m // 2
+    while tile >= _MIN_FIT_TILE:
+        if lookback_config.n_mode_tiles(M, tile) * tile < (
+                lookback_config.n_mode_tiles(M, best) * best):
+            best = tile
+        tile //= 2
+    if best == block_m:
+        return block_m, num_warps
+    return best, max(2, best // (32 * lanes))
+
+
+def fit(problem: ScanProblem, cfg: LookbackConfig) -> LookbackConfig:
+    """A nearest entry's config on this problem's M: its mode tile narrowed where a narrower
+    one covers fewer padded modes (:func:`fitted_tile`); unchanged if that is not valid."""
+    block_m, num_warps = fitted_tile(problem.M, cfg.block_m, cfg.num_warps)
+    if block_m == cfg.block_m:
+        return cfg
+    new = cfg.model_copy(update=dict(block_m=block_m, num_warps=num_warps))
+    return new if valid(problem, new) else cfg
+
+
 def default(problem: ScanProblem) -> LookbackConfig:
-    """Forward: 32-step chunks of 256 modes at 2 warps (128 where M < 256), the fastest forward
+    """Forward: 32-step chunks of 256 modes at 2 warps (128 where M < 256 or where 128-mode
+    tiles cover fewer modes: :func:`fitted_tile`), the fastest forward
     measured on an H100 at (8, 8192, 1024), (4, 16384, 256) and (16, 1024, 1024): 0.236 /
     0.083 / 0.072 ms against 0.241-0.290 / 0.085-0.090 / 0.076-0.088 for 64-step chunks
     (docs/performance.md).  Training: 64-step chunks (the backward walk's pipeline stages need
     them), the backward fields those of the ``lookback`` default (at (8, 8192, 1024): one row,
     6 stages, 0.655 ms against 0.678 for two rows)."""
     base = lookback_config.default(problem)
-    block_m = 256 if problem.M >= 256 else 128
-    fields = dict(block_m=block_m, num_warps=2, inner="loop", lookback="decoupled")
+    block_m, num_warps = fitted_tile(problem.M, 256 if problem.M >= 256 else 128, 2)
+    fields = dict(block_m=block_m, num_warps=num_warps, inner="loop", lookback="decoupled")
     if problem.backward:
         candidates = [dict(chunk=64, rows=base.rows, stages=base.stages,
                            lookback_width=base.lookback_width), dict(chunk=64), dict(chunk=32)]
@@ -124,6 +155,7 @@ if once_kernels is not None:
         config_model=LookbackConfig,
         valid=valid,
         default=default,
+        fit=fit,
         workspace_bytes=lookback.workspace_bytes,
         priority=10,
         modules=(sys.modules[__name__], lookback_config, sys.modules[lookback.__name__],
