@@ -389,13 +389,16 @@ def test_config_space_is_pruned_and_default_is_valid():
     wide = [lb.default(_problem(B, L, M, backward=False))
             for B, L, M in ((16, 2048, 512), (8, 8192, 1024), (4, 4096, 512), (16, 2048, 500))]
     assert [(c.block_m, c.num_warps, c.rows, c.stages) for c in wide] == [
-        (512, 4, 2, 4), (512, 4, 2, 4), (256, 2, 2, 6), (256, 2, 2, 1)]
+        (512, 4, 2, 4), (512, 4, 2, 4), (256, 2, 2, 6), (256, 4, 2, 1)]
     assert lb.default(_problem(16, 2048, 512)).block_m == 256        # training: not this
-    # the unstaged forward (M % 8 != 0) walks 32-step chunks, training 64
-    assert [lb.default(_problem(B, L, M, backward=bwd)).chunk
-            for B, L, M, bwd in ((3, 5000, 300, False), (12, 3000, 700, False),
-                                 (16, 2048, 500, False), (3, 5000, 300, True),
-                                 (3, 5000, 304, False))] == [32, 32, 32, 64, 64]
+    # the unstaged forward (M % 8 != 0) walks 32-step chunks at 2 lanes per thread, training
+    # 64-step chunks at 2 warps
+    assert [(c.chunk, c.block_m, c.num_warps) for c in (
+        lb.default(_problem(B, L, M, backward=bwd))
+        for B, L, M, bwd in ((3, 5000, 300, False), (12, 3000, 700, False),
+                             (16, 2048, 500, False), (3, 5000, 300, True),
+                             (12, 3000, 700, True)))] == [
+        (32, 128, 2), (32, 256, 4), (32, 256, 4), (64, 128, 2), (64, 256, 2)]
     assert lb.default(_problem(8, 20000, 96)).inner == "tile"     # B M = 768 > 512
     assert lb.default(_problem(1, 20000, 64)).inner == "tile"     # M < 96: not narrow
     narrow_det = lb.default(_problem(2, 20000, 96, deterministic=True))

@@ -2,6 +2,8 @@
 
     ncu -k regex:lookback_scan --launch-skip 2 --launch-count 1 ... \
         python3 -m tools.ncu_lookback 64x512x4lr2p4 [--shape 8x8192x1024] [--train] [--dtype float32]
+    ncu -k regex:lookback_once_forward --launch-skip 2 --launch-count 1 ... \
+        python3 -m tools.ncu_lookback 32x256x2l --strategy lookback_once
 
 (the NCU phase of ``tools/gpu_run.sh`` runs it so, with the counters below).
 
@@ -29,12 +31,14 @@ def main() -> None:
     ap.add_argument("--shape", type=parse_shape, default="8x8192x1024")
     ap.add_argument("--train", action="store_true")
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--strategy", default="lookback", choices=("lookback", "lookback_once"),
+                    help="lookback_once: its forward is the Gluon kernel lookback_once_forward")
     args = ap.parse_args()
     B, L, M = args.shape
     cfg = parse_lookback_config(args.config)
     problem = ScanProblem(B=B, L=L, M=M, dtype=args.dtype, device="cuda")
     inputs = scan_timing.fast_random_inputs(problem, seed=0, device="cuda")
-    strat = registry.get("lookback")
+    strat = registry.get(args.strategy)
     for _ in range(3):
         if args.train:
             leaves = [t.detach().requires_grad_(True) for t in (inputs.br, inputs.bi)]

@@ -183,8 +183,9 @@ def default(problem: ScanProblem) -> LookbackConfig:
     is not a multiple of 8 (rows not loaded as 16-byte vectors, which the pipeline stages: at
     (3, 5000, 300) on the H200, 128 modes two rows unstaged ran 1.09x / 1.00x the exhaustive
     best forward / train, the staged 256-mode config 1.33x / 1.44x); an unstaged forward walks
-    32-step chunks (on an H100, 0.0511 ms against 0.0551 at (3, 5000, 300), 0.165-0.170
-    against 0.170 at (12, 3000, 700)).  Shorter L: 32-step
+    32-step chunks at 2 lanes per thread (the tuned picks on an H100 at (3, 5000, 300), 0.0513
+    ms against 0.0552 for 64-step chunks, and at (12, 3000, 700), 256 modes at 4 warps:
+    0.164 against 0.170; there 4 lanes per thread ran 0.171).  Shorter L: 32-step
     loop chunks of up to 512 modes (unstaged: a 32-step walk is mostly pipeline prologue).
     Narrower M: the tile scan, 128-step chunks of 32 modes at 4 warps, shrunk to fit small
     problems.  Under deterministic mode chained, with a window of 8 chunks when there are
@@ -204,10 +205,11 @@ def default(problem: ScanProblem) -> LookbackConfig:
                    or (problem.L >= ScanProblem.NARROW_MIN_L and not problem.deterministic))
         steps = (((1, 8),) if narrow else ()) + (((1, 1), (2, 1)) if one_row
                                                   else ((2, 1), (1, 1)))
-        # an unstaged forward (M not a multiple of 8) walks 32-step chunks
-        chunk = 32 if problem.M % 8 and not problem.backward and not narrow else 64
+        # an unstaged forward (M not a multiple of 8): 32-step chunks, 2 lanes per thread
+        unstaged_fwd = problem.M % 8 and not problem.backward and not narrow
+        chunk, num_warps = (32, block_m // 64) if unstaged_fwd else (64, 2)
         for rows, width in steps:
-            cfg = LookbackConfig(chunk=chunk, block_m=block_m, num_warps=2, inner="loop",
+            cfg = LookbackConfig(chunk=chunk, block_m=block_m, num_warps=num_warps, inner="loop",
                                  rows=rows, lookback_width=width,
                                  stages=6 if problem.M % 8 == 0 else 1, lookback=mode,
                                  window=8 if mode == "chained" and n_chunks(problem.L, chunk) > 8
