@@ -34,8 +34,13 @@ except ImportError:              # a Triton without Gluon: the strategy is not r
 # that at least one program fits an SM of sm_80+ (164-227 KB)
 _MAX_STAGED_BYTES = 128 * 1024
 _CHUNKS = (32, 64)
-_COPY_GROUPS = 4                 # commit groups per chunk: the summary starts on the first
-_UNROLL = 4                      # rows per walk step, their loads issued together
+# commit groups per chunk (the summary starts on the first) and rows per walk step by chunk
+# (their loads issued together): each group four walk steps.  Against four groups of 4 rows,
+# on an H100: 64-step chunks 3-8% faster forward at four shapes (64x128x2 at (8, 8192, 1024)
+# 0.233 ms against 0.241, at (2, 65536, 128) 0.089 against 0.097), 32-step chunks 1%
+# (0.232 against 0.235); eight groups or 2 rows per step were slower (docs/performance.md)
+_COPY_GROUPS = 2
+_UNROLL = {32: 4, 64: 8}
 _MODES_MULTIPLE = 8              # M a multiple of it: rows copied as 16-byte vectors (bf16)
 _MIN_FIT_TILE = 128              # the narrowest mode tile :func:`fit` narrows to
 
@@ -115,7 +120,7 @@ def _keywords(plan: lookback.LookbackPlan, resets: bool, has_h0: bool, itemsize:
     it by identity)."""
     vec = 16 // itemsize
     return dict(HAS_RESETS=resets, HAS_H0=has_h0, CHUNK=plan.chunk, BLOCK_M=plan.block_m,
-                GROUPS=_COPY_GROUPS, UNROLL=_UNROLL, VEC=vec,
+                GROUPS=_COPY_GROUPS, UNROLL=_UNROLL[plan.chunk], VEC=vec,
                 COPY_COLS=min(32, plan.block_m // vec), num_warps=plan.num_warps,
                 **LAUNCH_OPTIONS)
 
