@@ -288,7 +288,9 @@ def _priors(problem: Problem, dev: DeviceInfo, runnable: list[Strategy],
             spaces: dict[str, list[BaseModel]], limit: int) -> list[tuple[Strategy, BaseModel]]:
     """Up to ``limit`` distinct (strategy, config) winners of the nearest tuned problems with
     the same features (the exact key included: re-tuning starts from the old winner), from the
-    user cache then the shipped table; only those this problem's search space holds."""
+    user cache then the shipped table; only those this problem's search space holds.  A
+    neighbour's winner comes first as its strategy's ``fit`` adapts it to this problem (what
+    ``cached`` mode serves), then as stored."""
     if limit <= 0:
         return []
     from samu_tune import cache
@@ -305,8 +307,15 @@ def _priors(problem: Problem, dev: DeviceInfo, runnable: list[Strategy],
             continue
         for dist, entry in near:
             held = _held(entry.strategy, entry.config, by_name, spaces)
-            if held is not None:
-                found.append((dist, 0 if entry.key == problem.key() else 2, rank, *held))
+            if held is None:
+                continue
+            own = entry.key == problem.key()
+            strat, cfg = held
+            if not own and strat.fit is not None:
+                fitted = strat.fit(problem, cfg)
+                if fitted != cfg and fitted in spaces[strat.name]:
+                    found.append((dist, 2, rank, strat, fitted))
+            found.append((dist, 0 if own else 2, rank, strat, cfg))
     found.extend((0.0, 1, 0, strat, cfg)
                  for strat, cfg in _forward_entry(problem, sig, by_name, spaces))
     found.sort(key=lambda item: item[:3])

@@ -194,6 +194,24 @@ def test_tuner_priors_cross_the_boundaries_that_serving_keeps(fakes):
     assert [cfg.model_dump() for _, cfg in priors] == [{"a": 1, "b": 2}, {"a": 3, "b": 0}]
 
 
+def test_tuner_priors_time_a_neighbours_fitted_config_first(env):
+    """The tuner's first prior from a neighbour is its config as ``fit`` adapts it (what
+    ``cached`` mode serves), then the stored one; the problem's own entry is not fitted."""
+    import dataclasses
+    from samu_tune.device import device_info
+    grid = dataclasses.replace(fake("grid", grid_cost, config_model=GridConfig),
+                               fit=lambda p, cfg: cfg.model_copy(update={"b": 1}))
+    env.add(grid)
+    _put("B8-L16-M1-f32-forward", "grid", {"a": 2, "b": 0})       # a neighbour
+    space = {"grid": grid.configs(PROBLEM)}
+    priors = tuner._priors(PROBLEM, device_info("cpu"), [grid], space, 5)
+    assert [cfg.model_dump() for _, cfg in priors] == [{"a": 2, "b": 1}, {"a": 2, "b": 0}]
+    _put(PROBLEM.key(), "grid", {"a": 3, "b": 2})                 # its own entry
+    priors = tuner._priors(PROBLEM, device_info("cpu"), [grid], space, 5)
+    assert [cfg.model_dump() for _, cfg in priors][0] == {"a": 3, "b": 2}
+    assert {"a": 3, "b": 1} not in [cfg.model_dump() for _, cfg in priors]
+
+
 def test_a_cached_config_invalid_here_falls_through(fakes):
     small_m = ScanProblem(B=2, L=16, M=2, dtype="float32", device="cpu", backward=False)
     _put(small_m.key(), "grid", {"a": 3, "b": 0})     # a=3 is not valid for M=2
