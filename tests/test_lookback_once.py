@@ -49,8 +49,8 @@ def test_capability_and_configs():
 
 def test_fit_narrows_the_mode_tile_where_it_covers_fewer_modes():
     """A nearest entry's 256-mode tile becomes 128 modes where M leaves half a tile idle
-    (M = 384: two tiles of 256 cover 512 modes, three of 128 cover 384), at the same lanes per
-    thread; the default does the same; where 256 covers no more, nothing changes."""
+    (M = 384: two tiles of 256 cover 512 modes, three of 128 cover 384), at 2 warps at least;
+    the default does the same; where 256 covers no more, nothing changes."""
     assert once.fitted_tile(384, 256, 2) == (128, 2)
     assert once.fitted_tile(384, 512, 4) == (128, 2)
     assert once.fitted_tile(1000, 256, 2) == (256, 2)      # 1024 modes either way

@@ -36,9 +36,11 @@ def main() -> None:
     args = ap.parse_args()
     B, L, M = args.shape
     cfg = parse_lookback_config(args.config)
-    problem = ScanProblem(B=B, L=L, M=M, dtype=args.dtype, device="cuda")
-    inputs = scan_timing.fast_random_inputs(problem, seed=0, device="cuda")
+    problem = ScanProblem(B=B, L=L, M=M, dtype=args.dtype, device="cuda", backward=args.train)
     strat = registry.get(args.strategy)
+    if not strat.valid(problem, cfg):
+        ap.error(f"{args.config} is not a valid {args.strategy} config for {problem.key()}")
+    inputs = scan_timing.fast_random_inputs(problem, seed=0, device="cuda")
     for _ in range(3):
         if args.train:
             leaves = [t.detach().requires_grad_(True) for t in (inputs.br, inputs.bi)]

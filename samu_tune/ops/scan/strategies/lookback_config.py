@@ -206,7 +206,8 @@ def default(problem: ScanProblem) -> LookbackConfig:
         steps = (((1, 8),) if narrow else ()) + (((1, 1), (2, 1)) if one_row
                                                   else ((2, 1), (1, 1)))
         # an unstaged forward (M not a multiple of 8): 32-step chunks, 2 lanes per thread
-        unstaged_fwd = problem.M % 8 and not problem.backward and not narrow
+        unstaged_fwd = (problem.M % 8 and not problem.backward and not narrow
+                        and not problem.deterministic)    # measured decoupled only
         chunk, num_warps = (32, block_m // 64) if unstaged_fwd else (64, 2)
         for rows, width in steps:
             cfg = LookbackConfig(chunk=chunk, block_m=block_m, num_warps=num_warps, inner="loop",

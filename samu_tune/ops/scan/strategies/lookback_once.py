@@ -41,6 +41,8 @@ _CHUNKS = (32, 64)
 # (0.232 against 0.235); eight groups or 2 rows per step were slower (docs/performance.md)
 _COPY_GROUPS = 2
 _UNROLL = {32: 4, 64: 8}
+# the walks step through each commit group whole: a row left over would be skipped
+assert all(c % _COPY_GROUPS == 0 and (c // _COPY_GROUPS) % _UNROLL[c] == 0 for c in _CHUNKS)
 _MODES_MULTIPLE = 8              # M a multiple of it: rows copied as 16-byte vectors (bf16)
 _MIN_FIT_TILE = 128              # the narrowest mode tile :func:`fit` narrows to
 
@@ -65,9 +67,11 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
 def fitted_tile(M: int, block_m: int, num_warps: int) -> tuple[int, int]:
     """(block_m, num_warps) of the widest tile, down to ``_MIN_FIT_TILE`` modes, that covers
     M with the fewest modes (``block_m`` where a narrower one covers no fewer), at the same
-    lanes per thread, 2 warps at least.  The forward stages and walks whole tiles, padding
-    included: at (24, 700, 384) on an H100, 128-mode tiles ran 0.0347 ms against 0.0417 for
-    256-mode ones (two tiles covering 512 modes)."""
+    lanes per thread where 2 warps at least allow that, else at 2 warps (256 modes at 2 warps,
+    4 lanes, become 128 at 2 warps, 2 lanes).  The forward stages and walks whole tiles,
+    padding included: at (24, 700, 384) on an H100, 128-mode tiles ran 0.0347 ms against
+    0.0417 for 256-mode ones (two tiles covering 512 modes).  Only M = 384 was measured;
+    other M (above 512 too) follow the same count of padded modes."""
     lanes = block_m // (32 * num_warps)
     best = block_m
     tile = block_m // 2
@@ -93,10 +97,12 @@ def fit(problem: ScanProblem, cfg: LookbackConfig) -> LookbackConfig:
 
 def default(problem: ScanProblem) -> LookbackConfig:
     """Forward: 32-step chunks of 256 modes at 2 warps (128 where M < 256 or where 128-mode
-    tiles cover fewer modes: :func:`fitted_tile`), the fastest forward
-    measured on an H100 at (8, 8192, 1024), (4, 16384, 256) and (16, 1024, 1024): 0.236 /
-    0.083 / 0.072 ms against 0.241-0.290 / 0.085-0.090 / 0.076-0.088 for 64-step chunks
-    (docs/performance.md).  Training: 64-step chunks (the backward walk's pipeline stages need
+    tiles cover fewer modes: :func:`fitted_tile`), the fastest forward measured on an H100 at
+    (8, 8192, 1024), (4, 16384, 256) and (16, 1024, 1024) with four copy groups of 4 rows:
+    0.236 / 0.083 / 0.072 ms against 0.241-0.290 / 0.085-0.090 / 0.076-0.088 for 64-step
+    chunks.  With the 8-row walk of 64-step chunks (``_UNROLL``), 64x128x2 ties at (8, 8192,
+    1024) (0.233 against 0.232) and wins at (4, 16384, 256) (0.077 against 0.083); (16, 1024,
+    1024) was not re-timed, so the default stays (docs/performance.md).  Training: 64-step chunks (the backward walk's pipeline stages need
     them), the backward fields those of the ``lookback`` default (at (8, 8192, 1024): one row,
     6 stages, 0.655 ms against 0.678 for two rows)."""
     base = lookback_config.default(problem)
