@@ -84,7 +84,8 @@ class Strategy:
     :attr:`source_hash` so a change to the strategy or its kernels invalidates its cache entries.
     ``fit(problem, cfg)``, optional, adapts a config tuned for another problem to this one
     (dispatch applies it to a nearest-key entry, never to an exact one): e.g. a mode tile that
-    covers M with fewer padded modes.  It returns ``cfg`` itself where nothing changes.
+    covers M with fewer padded modes.  It returns ``cfg`` itself where nothing changes; a
+    fitted config that is not valid for the problem is not used.
     """
 
     name: str

@@ -198,8 +198,8 @@ def default(problem: ScanProblem) -> LookbackConfig:
                                  stages=4, lookback=mode)
             if valid(problem, cfg):
                 return cfg
-        block_m = 256 if problem.M >= 256 and not narrow and (problem.M > 512 or _padded(
-            problem.M, 256) == _padded(problem.M, 128)) else 128
+        block_m = 256 if problem.M >= 256 and not narrow and (problem.M > 512 or padded_modes(
+            problem.M, 256) == padded_modes(problem.M, 128)) else 128
         # (rows, look-back width), the first valid one
         one_row = ((problem.M > 512 and problem.backward and problem.M % 8 == 0)
                    or (problem.L >= ScanProblem.NARROW_MIN_L and not problem.deterministic))
@@ -248,7 +248,7 @@ def _wide_forward(problem: ScanProblem) -> bool:
             and problem.M % 8 == 0 and problem.B * problem.M >= 8192)
 
 
-def _padded(M: int, block_m: int) -> int:
+def padded_modes(M: int, block_m: int) -> int:
     """The modes ``block_m``-wide tiles cover (M rounded up)."""
     return n_mode_tiles(M, block_m) * block_m
 

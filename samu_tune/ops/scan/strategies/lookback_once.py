@@ -76,8 +76,7 @@ def fitted_tile(M: int, block_m: int, num_warps: int) -> tuple[int, int]:
     best = block_m
     tile = block_m // 2
     while tile >= _MIN_FIT_TILE:
-        if lookback_config.n_mode_tiles(M, tile) * tile < (
-                lookback_config.n_mode_tiles(M, best) * best):
+        if lookback_config.padded_modes(M, tile) < lookback_config.padded_modes(M, best):
             best = tile
         tile //= 2
     if best == block_m:
@@ -87,12 +86,12 @@ def fitted_tile(M: int, block_m: int, num_warps: int) -> tuple[int, int]:
 
 def fit(problem: ScanProblem, cfg: LookbackConfig) -> LookbackConfig:
     """A nearest entry's config on this problem's M: its mode tile narrowed where a narrower
-    one covers fewer padded modes (:func:`fitted_tile`); unchanged if that is not valid."""
+    one covers fewer padded modes (:func:`fitted_tile`).  Its callers keep the entry's config
+    where the fitted one is not valid (dispatch) or not in the search space (the tuner)."""
     block_m, num_warps = fitted_tile(problem.M, cfg.block_m, cfg.num_warps)
     if block_m == cfg.block_m:
         return cfg
-    new = cfg.model_copy(update=dict(block_m=block_m, num_warps=num_warps))
-    return new if valid(problem, new) else cfg
+    return cfg.model_copy(update=dict(block_m=block_m, num_warps=num_warps))
 
 
 def default(problem: ScanProblem) -> LookbackConfig:
