@@ -50,7 +50,7 @@ def test_capability_and_configs():
 def test_fit_narrows_the_mode_tile_where_it_covers_fewer_modes():
     """A nearest entry's 256-mode tile becomes 128 modes where M leaves half a tile idle
     (M = 384: two tiles of 256 cover 512 modes, three of 128 cover 384), at 2 warps at least;
-    the default does the same; where 256 covers no more, nothing changes."""
+    the training default does the same; where 256 covers no more, nothing changes."""
     assert once.fitted_tile(384, 256, 2) == (128, 2)
     assert once.fitted_tile(384, 512, 4) == (128, 2)
     assert once.fitted_tile(1000, 256, 2) == (256, 2)      # 1024 modes either way
@@ -59,13 +59,21 @@ def test_fit_narrows_the_mode_tile_where_it_covers_fewer_modes():
     near = LookbackConfig(chunk=32, block_m=256, num_warps=2, inner="loop")
     fwd = _problem(24, 700, 384, "bfloat16", backward=False)
     assert STRATEGY.fit(fwd, near) == near.model_copy(update={"block_m": 128})
-    assert STRATEGY.default(fwd).block_m == 128
     train = _problem(24, 700, 384, "bfloat16")
+    assert STRATEGY.default(train).block_m == 128
     staged = LookbackConfig(chunk=64, block_m=256, num_warps=2, inner="loop", rows=2, stages=6)
     assert STRATEGY.fit(train, staged) == staged.model_copy(update={"block_m": 128})
     big = _problem(8, 8192, 1024, "bfloat16", backward=False)
     assert STRATEGY.fit(big, near) is near
-    assert STRATEGY.default(big).block_m == 256
+    assert STRATEGY.default(big.model_copy(update={"backward": True})).block_m == 256
+
+
+def test_forward_default_is_64_steps_of_128_modes():
+    """The forward default: 64-step chunks of 128 modes at 2 warps, at any M (a 128-mode tile
+    never covers more padded modes than a wider one)."""
+    for M in (96, 256, 384, 1024, 4096):
+        cfg = STRATEGY.default(_problem(4, 4096, M, "bfloat16", backward=False))
+        assert (cfg.chunk, cfg.block_m, cfg.num_warps) == (64, 128, 2), M
 
 
 # ---- GPU -----------------------------------------------------------------------------------

@@ -95,23 +95,25 @@ def fit(problem: ScanProblem, cfg: LookbackConfig) -> LookbackConfig:
 
 
 def default(problem: ScanProblem) -> LookbackConfig:
-    """Forward: 32-step chunks of 256 modes at 2 warps (128 where M < 256 or where 128-mode
-    tiles cover fewer modes: :func:`fitted_tile`), the fastest forward measured on an H100 at
-    (8, 8192, 1024), (4, 16384, 256) and (16, 1024, 1024) with four copy groups of 4 rows:
-    0.236 / 0.083 / 0.072 ms against 0.241-0.290 / 0.085-0.090 / 0.076-0.088 for 64-step
-    chunks.  With the 8-row walk of 64-step chunks (``_UNROLL``), 64x128x2 ties at (8, 8192,
-    1024) (0.233 against 0.232) and wins at (4, 16384, 256) (0.077 against 0.083); (16, 1024,
-    1024) was not re-timed, so the default stays (docs/performance.md).  Training: 64-step chunks (the backward walk's pipeline stages need
-    them), the backward fields those of the ``lookback`` default (at (8, 8192, 1024): one row,
-    6 stages, 0.655 ms against 0.678 for two rows)."""
-    base = lookback_config.default(problem)
-    block_m, num_warps = fitted_tile(problem.M, 256 if problem.M >= 256 else 128, 2)
-    fields = dict(block_m=block_m, num_warps=num_warps, inner="loop", lookback="decoupled")
+    """Forward: 64-step chunks of 128 modes at 2 warps (32-step chunks where 64 do not fit),
+    the fastest or within 0.5% of the fastest forward on an H100 at the six grid shapes it
+    serves: against 32-step chunks of 256 modes, 0.0365 / 0.0208 / 0.0248 ms against 0.0451 /
+    0.0237 / 0.0261 at (1, 16384, 256), (1, 2048, 1024), (32, 512, 256), and 0.0723 / 0.2320
+    against 0.0719 / 0.2311 at (16, 1024, 1024), (8, 8192, 1024) (docs/performance.md).
+    Training: 64-step chunks (the backward walk's pipeline stages need them) of 256 modes
+    (128 where M < 256 or where 128-mode tiles cover fewer modes: :func:`fitted_tile`), the
+    backward fields those of the ``lookback`` default (at (8, 8192, 1024): one row, 6 stages,
+    0.655 ms against 0.678 for two rows)."""
+    fields = dict(inner="loop", lookback="decoupled")
     if problem.backward:
+        base = lookback_config.default(problem)
+        block_m, num_warps = fitted_tile(problem.M, 256 if problem.M >= 256 else 128, 2)
         candidates = [dict(chunk=64, rows=base.rows, stages=base.stages,
                            lookback_width=base.lookback_width), dict(chunk=64), dict(chunk=32)]
     else:
-        candidates = [dict(chunk=32), dict(chunk=64)]
+        block_m, num_warps = 128, 2
+        candidates = [dict(chunk=64), dict(chunk=32)]
+    fields.update(block_m=block_m, num_warps=num_warps)
     for extra in candidates:
         cfg = LookbackConfig(**fields, **extra)
         if valid(problem, cfg):
