@@ -13,9 +13,10 @@ Triton cannot keep a chunk between the two walks (registers cannot be indexed by
 2. It writes its chunk's rows of the control table (:mod:`samu_tune.kernels.controls`,
    as MAKE_TABLE does), which the walks read per row and the backward reads again.
 3. Summary: rows walked from shared memory as each group lands, (P, Q) <- (A P, A Q + u).
-4. Publish, look back (width 1, decoupled), publish the inclusive prefix: the protocol of
-   :func:`samu_tune.kernels.lookback.lookback_scan` with the same head, slots and statuses,
-   so the host's workspace and head bookkeeping serve both kernels.
+4. Publish, look back (decoupled, WIDTH predecessors per poll), publish the inclusive
+   prefix: the protocol of :func:`samu_tune.kernels.lookback.lookback_scan` with the same
+   head, slots and statuses, so the host's workspace and head bookkeeping serve both
+   kernels.
 5. Replay from shared memory: h = A h + u, every state stored in the output dtype; the last
    chunk writes the final state (fp32).
 
@@ -53,35 +54,60 @@ def _as_rows(buf, CHUNK: gl.constexpr, BLOCK_M: gl.constexpr, LAYOUT: gl.constex
 
 @gluon.jit
 def _carry_in(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, status0,
-              BLOCK_M: gl.constexpr):
-    """The state entering chunk ``c`` ([BLOCK_M] pair): predecessors c-1, c-2, ... one per
-    poll; an aggregate (status 1) is composed into E = (ea, eb) and the walk goes on, an
-    inclusive prefix s (status 2) ends it with ea s + eb; status 0 spins.  A status word
-    holds ``status0`` + the status (an earlier launch's smaller value reads as 0)."""
+              BLOCK_M: gl.constexpr, WIDTH: gl.constexpr, WL: gl.constexpr):
+    """The state entering chunk ``c`` ([BLOCK_M] pair): predecessors c-1, c-2, ... polled
+    WIDTH at a time (oldest first in a window), as
+    :func:`samu_tune.kernels.lookback._look_back` does: the aggregates (status 1) after the
+    newest row whose status is not 1 (``stop``) are composed into E = (ea, eb); its inclusive
+    prefix s (status 2) ends the walk with ea s + eb, its status 0 polls again from it; a
+    window of WIDTH aggregates moves WIDTH chunks back.  A status word holds ``status0`` +
+    the status (an earlier launch's smaller value reads as 0).  One poll is one acquire
+    atomic on the WIDTH statuses (``WL``: a layout of [WIDTH]) and then every payload it
+    makes valid, loaded before the first is used (one round trip for all)."""
     ea_r = gl.full_like(init_r, 1.0)
     ea_i = gl.zeros_like(init_r)
     eb_r = gl.zeros_like(init_r)
     eb_i = gl.zeros_like(init_r)
     carry_r = init_r
     carry_i = init_i
+    r = gl.arange(0, WIDTH, layout=WL)
+    lane_zero = lane_t * 0
     j = c - 1
     while j >= 0:
-        word = gl.atomic_add(sync_ptr + 1 + (slot - c + j), 0, sem="acquire")
-        status = _status(word, status0)
-        at = carry_ptr + (slot - c + j).to(gl.int64) * (SLOT_ROWS * BLOCK_M) + lane_t
-        if status == 2:
-            sr = gl.load(at + 4 * BLOCK_M, volatile=True)
-            si = gl.load(at + 5 * BLOCK_M, volatile=True)
-            carry_r, carry_i = cmul_add(ea_r, ea_i, sr, si, eb_r, eb_i)
-            j = c - c - 1
-        elif status == 1:
-            pr = gl.load(at, volatile=True)
-            pi = gl.load(at + BLOCK_M, volatile=True)
-            qr = gl.load(at + 2 * BLOCK_M, volatile=True)
-            qi = gl.load(at + 3 * BLOCK_M, volatile=True)
+        chunk = j - (WIDTH - 1) + r
+        exists = chunk >= 0
+        word = gl.atomic_add(sync_ptr + 1 + (slot - c + chunk), gl.zeros_like(chunk),
+                             mask=exists, sem="acquire")
+        # before chunk 0: a stop, never reached (chunk 0 is in the window, status 0 or 2)
+        status = gl.where(exists, _status(word, status0), 2)
+        key = gl.max(gl.where(status != 1, r * 4 + status, -4), axis=0)
+        stop = (key + 4) // 4 - 1
+        stop_status = key - 4 * stop
+        stop_lanes = lane_zero + stop
+        has = (lane_zero + stop_status) == 2
+        newest = slot - c + j
+        at = (carry_ptr + (newest - (WIDTH - 1) + stop).to(gl.int64) * (SLOT_ROWS * BLOCK_M)
+              + lane_t)
+        sr = gl.load(at + 4 * BLOCK_M, mask=has, other=0.0, volatile=True)
+        si = gl.load(at + 5 * BLOCK_M, mask=has, other=0.0, volatile=True)
+        rows = ()
+        for k in gl.static_range(WIDTH):
+            # chunk newest - k: an identity map (1, 0, 0, 0) unless after stop
+            take = stop_lanes < WIDTH - 1 - k
+            at = carry_ptr + (newest - k).to(gl.int64) * (SLOT_ROWS * BLOCK_M) + lane_t
+            rows = rows + ((gl.load(at, mask=take, other=1.0, volatile=True),
+                            gl.load(at + BLOCK_M, mask=take, other=0.0, volatile=True),
+                            gl.load(at + 2 * BLOCK_M, mask=take, other=0.0, volatile=True),
+                            gl.load(at + 3 * BLOCK_M, mask=take, other=0.0, volatile=True)),)
+        for k in gl.static_range(WIDTH):
+            pr, pi, qr, qi = rows[k]
             eb_r, eb_i = cmul_add(ea_r, ea_i, qr, qi, eb_r, eb_i)
             ea_r, ea_i = cmul(ea_r, ea_i, pr, pi)
-            j = j - 1
+        if stop_status == 2:
+            carry_r, carry_i = cmul_add(ea_r, ea_i, sr, si, eb_r, eb_i)
+            j = c - c - 1
+        else:
+            j = j - (WIDTH - 1 - stop)        # stop = -1: the whole window; stop = j: spin
     return carry_r, carry_i
 
 
@@ -120,12 +146,13 @@ def lookback_once_forward(
     B, L, M, n_mtiles, n_chunks, ticket0, status0,
     HAS_RESETS: gl.constexpr, HAS_H0: gl.constexpr, CHUNK: gl.constexpr,
     BLOCK_M: gl.constexpr, GROUPS: gl.constexpr, UNROLL: gl.constexpr, VEC: gl.constexpr,
-    COPY_COLS: gl.constexpr,
+    COPY_COLS: gl.constexpr, WIDTH: gl.constexpr,
 ):
     """Grid: (B * n_mtiles * n_chunks,); the program id is ignored in favour of the ticket.
     VEC: elements per 16-byte copy; COPY_COLS: threads of a warp along a row in the copy
-    (min(32, BLOCK_M / VEC)).  The head needs no zero fill between launches (``ticket0``,
-    ``status0``: as in :func:`samu_tune.kernels.lookback.lookback_scan`)."""
+    (min(32, BLOCK_M / VEC)); WIDTH: predecessors read per look-back poll.  The head needs no
+    zero fill between launches (``ticket0``, ``status0``: as in
+    :func:`samu_tune.kernels.lookback.lookback_scan`)."""
     NW: gl.constexpr = gl.num_warps()
     ROW: gl.constexpr = gl.BlockedLayout([BLOCK_M // (32 * NW)], [32], [NW], [0])
     TOK: gl.constexpr = gl.BlockedLayout([1], [32], [NW], [0])
@@ -233,7 +260,8 @@ def lookback_once_forward(
     else:
         init_r = gl.zeros_like(nu)
         init_i = gl.zeros_like(nu)
-    hr, hi = _carry_in(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, status0, BLOCK_M)
+    hr, hi = _carry_in(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, status0, BLOCK_M,
+                       WIDTH, TOK)
     end_r, end_i = cmul_add(pr, pi, hr, hi, qr, qi)
     gl.store(base + 4 * BLOCK_M, end_r)
     gl.store(base + 5 * BLOCK_M, end_i)

@@ -43,6 +43,10 @@ _COPY_GROUPS = 2
 _UNROLL = {32: 4, 64: 8}
 # the walks step through each commit group whole: a row left over would be skipped
 assert all(c % _COPY_GROUPS == 0 and (c // _COPY_GROUPS) % _UNROLL[c] == 0 for c in _CHUNKS)
+# predecessors the forward's look-back reads per poll: against one, on an H100, 4 ran
+# (2, 65536, 128) 64x128x2 in 0.081 ms against 0.092 and (1, 16384, 256) in 0.029 against
+# 0.035, within 3% elsewhere on the grid (docs/performance.md)
+_LOOKBACK_WIDTH = 4
 _MODES_MULTIPLE = 8              # M a multiple of it: rows copied as 16-byte vectors (bf16)
 _MIN_FIT_TILE = 128              # the narrowest mode tile :func:`fit` narrows to
 
@@ -127,7 +131,7 @@ def _keywords(plan: lookback.LookbackPlan, resets: bool, has_h0: bool, itemsize:
     it by identity)."""
     vec = 16 // itemsize
     return dict(HAS_RESETS=resets, HAS_H0=has_h0, CHUNK=plan.chunk, BLOCK_M=plan.block_m,
-                GROUPS=_COPY_GROUPS, UNROLL=_UNROLL[plan.chunk], VEC=vec,
+                GROUPS=_COPY_GROUPS, UNROLL=_UNROLL[plan.chunk], VEC=vec, WIDTH=_LOOKBACK_WIDTH,
                 COPY_COLS=min(32, plan.block_m // vec), num_warps=plan.num_warps,
                 **LAUNCH_OPTIONS)
 
