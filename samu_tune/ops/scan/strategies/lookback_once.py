@@ -104,10 +104,13 @@ def default(problem: ScanProblem) -> LookbackConfig:
     serves: against 32-step chunks of 256 modes, 0.0365 / 0.0208 / 0.0248 ms against 0.0451 /
     0.0237 / 0.0261 at (1, 16384, 256), (1, 2048, 1024), (32, 512, 256), and 0.0723 / 0.2320
     against 0.0719 / 0.2311 at (16, 1024, 1024), (8, 8192, 1024) (docs/performance.md).
-    Training: 64-step chunks (the backward walk's pipeline stages need them) of 256 modes
-    (128 where M < 256 or where 128-mode tiles cover fewer modes: :func:`fitted_tile`), the
-    backward fields those of the ``lookback`` default (at (8, 8192, 1024): one row, 6 stages,
-    0.655 ms against 0.678 for two rows)."""
+    With the look-back 4 wide (``_LOOKBACK_WIDTH``) the large shapes lean the other way,
+    0.071 / 0.234 against 0.068 / 0.228 kernel ms, and the small ones further this way
+    ((1, 16384, 256) 0.029 against 0.037): it stays the default.  Training: 64-step chunks
+    (the backward walk's pipeline stages need them) of 256 modes (128 where M < 256 or where
+    128-mode tiles cover fewer modes: :func:`fitted_tile`), the backward fields those of the
+    ``lookback`` default (at (8, 8192, 1024): one row, 6 stages, 0.655 ms against 0.678 for
+    two rows)."""
     fields = dict(inner="loop", lookback="decoupled")
     if problem.backward:
         base = lookback_config.default(problem)
