@@ -75,7 +75,12 @@ KNOWN_GOOD = {
                       dict(chunk=64, block_m=512, num_warps=4, inner="loop"),
                       dict(chunk=64, block_m=128, num_warps=2, inner="loop"),
                       dict(chunk=64, block_m=256, num_warps=2, inner="loop", stages=6),
-                      dict(chunk=64, block_m=256, num_warps=2, inner="loop", rows=2, stages=6)],
+                      dict(chunk=64, block_m=256, num_warps=2, inner="loop", rows=2, stages=6),
+                      # lookback's fastest 128-mode training walks (its H100 winners at
+                      # (1, 2048, 1024) and (1, 16384, 256))
+                      dict(chunk=64, block_m=128, num_warps=2, inner="loop", rows=2, stages=6),
+                      dict(chunk=64, block_m=128, num_warps=2, inner="loop", lookback_width=8,
+                           stages=6)],
 }
 
 

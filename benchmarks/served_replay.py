@@ -9,7 +9,7 @@ not time that config at that shape).  No GPU is needed; nothing is re-timed, so 
 config the run never timed has no figure.  It checks a change of the rule or of the
 nearest-key features against measured times before a GPU run.
 
-    python -m benchmarks.served_replay benchmarks/results/NVIDIA-H200/s27/offgrid_served/bench.json
+    python -m benchmarks.served_replay benchmarks/results/NVIDIA-H200/s39/offgrid_served/bench.json
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ def replay(data: dict) -> list[dict]:
     """One row per (shape, dtype, mode): the served choice now, its source and its time over
     the file's best (None where not timed), and the ratio the run recorded."""
     from samu_tune import dispatch
+    from samu_tune import settings as settings_module
     from samu_tune.ops.scan.problem import ScanProblem
 
     dev = run_device(data)
@@ -33,7 +34,11 @@ def replay(data: dict) -> list[dict]:
     recorded = {(tuple(s["shape"]), s["dtype"], mode): s.get(f"{mode}_vs_best")
                 for s in data.get("served", ()) for mode in ("forward", "train")}
     saved = dispatch._signature
+    saved_settings = list(settings_module._SETTINGS)
     dispatch._signature = lambda problem, device=None: dev      # the run's GPU, here
+    # and no Triton interpreter (which rules the Gluon strategies out) on that GPU
+    settings_module._SETTINGS[:] = [settings_module.settings().model_copy(
+        update={"interpret": False})]
     try:
         out = []
         for (shape, dtype, mode), cands in sorted(times.items()):
@@ -49,6 +54,7 @@ def replay(data: dict) -> list[dict]:
         return out
     finally:
         dispatch._signature = saved
+        settings_module._SETTINGS[:] = saved_settings
 
 
 def main(argv=None) -> None:
