@@ -2,8 +2,9 @@
 
 Reads a ``bench.json`` of :mod:`benchmarks.bench_scan` run with ``--served`` (every
 candidate it timed at each shape, and what ``samu_tune.scan`` served then) and, per (shape,
-dtype, mode), asks the current code what ``cached`` mode would serve on that run's GPU with an
-empty user cache (the shipped table of the run's signature, else the rule): its strategy,
+dtype, mode), asks the current code what ``cached`` mode would serve on that run's GPU (its
+signature; no Triton interpreter, so the Gluon strategies stay eligible) with an empty user
+cache (the shipped table of the run's signature, else the rule): its strategy,
 config and source, and its time in the file over the best timed there (``-`` when the run did
 not time that config at that shape).  No GPU is needed; nothing is re-timed, so a served
 config the run never timed has no figure.  It checks a change of the rule or of the
