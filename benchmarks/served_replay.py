@@ -27,7 +27,7 @@ def replay(data: dict) -> list[dict]:
     """One row per (shape, dtype, mode): the served choice now, its source and its time over
     the file's best (None where not timed), and the ratio the run recorded."""
     from samu_tune import dispatch
-    from samu_tune import settings as settings_module
+    from samu_tune.settings import overridden
     from samu_tune.ops.scan.problem import ScanProblem
 
     dev = run_device(data)
@@ -35,27 +35,24 @@ def replay(data: dict) -> list[dict]:
     recorded = {(tuple(s["shape"]), s["dtype"], mode): s.get(f"{mode}_vs_best")
                 for s in data.get("served", ()) for mode in ("forward", "train")}
     saved = dispatch._signature
-    saved_settings = list(settings_module._SETTINGS)
     dispatch._signature = lambda problem, device=None: dev      # the run's GPU, here
     # and no Triton interpreter (which rules the Gluon strategies out) on that GPU
-    settings_module._SETTINGS[:] = [settings_module.settings().model_copy(
-        update={"interpret": False})]
     try:
-        out = []
-        for (shape, dtype, mode), cands in sorted(times.items()):
-            problem = ScanProblem(B=shape[0], L=shape[1], M=shape[2], dtype=dtype,
-                                  backward=mode == "train")
-            d = dispatch.choose(problem, policy="cached", allow_tune=False)
-            k = config_key(d.strategy.name, d.config.model_dump(mode="json"))
-            best = min(cands.values())
-            out.append({"shape": shape, "dtype": dtype, "mode": mode,
-                        "choice": f"{d.strategy.name} {d.source} {d.source_key or ''}".strip(),
-                        "ratio": cands[k] / best if k in cands else None,
-                        "recorded": recorded.get((shape, dtype, mode))})
-        return out
+        with overridden(interpret=False):
+            out = []
+            for (shape, dtype, mode), cands in sorted(times.items()):
+                problem = ScanProblem(B=shape[0], L=shape[1], M=shape[2], dtype=dtype,
+                                      backward=mode == "train")
+                d = dispatch.choose(problem, policy="cached", allow_tune=False)
+                k = config_key(d.strategy.name, d.config.model_dump(mode="json"))
+                best = min(cands.values())
+                out.append({"shape": shape, "dtype": dtype, "mode": mode,
+                            "choice": f"{d.strategy.name} {d.source} {d.source_key or ''}".strip(),
+                            "ratio": cands[k] / best if k in cands else None,
+                            "recorded": recorded.get((shape, dtype, mode))})
+            return out
     finally:
         dispatch._signature = saved
-        settings_module._SETTINGS[:] = saved_settings
 
 
 def main(argv=None) -> None:

@@ -100,6 +100,19 @@ def reload_settings() -> Settings:
 
 
 @contextlib.contextmanager
+def overridden(**fields):
+    """The settings with ``fields`` replaced inside the block (the environment untouched), the
+    same settings object as before after it: e.g. ``interpret=False`` to ask what a GPU
+    process would choose from a process that runs the Triton interpreter."""
+    saved = list(_SETTINGS)
+    _SETTINGS[:] = [settings().model_copy(update=fields)]
+    try:
+        yield _SETTINGS[0]
+    finally:
+        _SETTINGS[:] = saved
+
+
+@contextlib.contextmanager
 def environment(**values: str):
     """Set the environment variables ``values`` inside the block and put back what was there
     (unset where it was unset) after it; the settings are not re-read (callers that need them
