@@ -11,7 +11,10 @@ Triton cannot keep a chunk between the two walks (registers cannot be indexed by
    asynchronous copies (cp.async, 16 bytes a thread) of its chunk's rows of br and bi into
    shared memory [CHUNK, BLOCK_M], in GROUPS commit groups of CHUNK / GROUPS rows.
 2. It writes its chunk's rows of the control table (:mod:`samu_tune.kernels.controls`,
-   as MAKE_TABLE does), which the walks read per row and the backward reads again.
+   as MAKE_TABLE does), which the backward reads, and the same rows into shared memory,
+   which the walks read per row (read back from global memory instead, each walk step
+   waited on them: at (8, 8192, 1024) on the H200, 29% of the cycles between a warp's
+   instructions were long-scoreboard stalls; docs/performance.md).
 3. Summary: rows walked from shared memory as each group lands, (P, Q) <- (A P, A Q + u).
 4. Publish, look back (decoupled, WIDTH predecessors per poll), publish the inclusive
    prefix: the protocol of :func:`samu_tune.kernels.lookback.lookback_scan` with the same
@@ -112,17 +115,20 @@ def _carry_in(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, status0,
 
 
 @gluon.jit
-def _rows(rows_r, rows_i, ctl_c, r0, nu, cos_theta, sin_theta, ROW: gl.constexpr,
+def _rows(rows_r, rows_i, tab, r0, nu, cos_theta, sin_theta, ROW: gl.constexpr,
           N: gl.constexpr):
     """Rows r0 .. r0 + N - 1 of the staged chunk, each (ar, ai, ur, ui), [BLOCK_M] fp32: A
-    from the row's table entry (e^eta, cos delta, sin delta; zero rotation on a reset),
-    u = br + i bi.  Every row's loads are issued before the first use of one (in program
-    order, which ptxas keeps: the rows' latencies overlap instead of adding up)."""
+    from the row's table entry in shared memory (``tab``: e^eta, cos delta, sin delta, each
+    [CHUNK] rows of [1]; zero rotation on a reset), read as [1] in ``ROW`` (every thread
+    holds it) and broadcast, u = br + i bi.  Every row's loads are issued before the first
+    use of one (in program order, which ptxas keeps: the rows' latencies overlap instead of
+    adding up)."""
     loads = ()
     for u in gl.static_range(N):
-        at = ctl_c + (r0 + u) * TABLE_COLS
-        loads = loads + ((gl.load(at), gl.load(at + 1), gl.load(at + 2),
-                          rows_r.index(r0 + u).load(ROW), rows_i.index(r0 + u).load(ROW)),)
+        r = r0 + u
+        loads = loads + ((tab[0].index(r).load(ROW), tab[1].index(r).load(ROW),
+                          tab[2].index(r).load(ROW), rows_r.index(r).load(ROW),
+                          rows_i.index(r).load(ROW)),)
     out = ()
     for u in gl.static_range(N):
         e, cd, sd, xr, xi = loads[u]
@@ -195,7 +201,9 @@ def lookback_once_forward(
     rows_i = _as_rows(xs_i, CHUNK, BLOCK_M, SMEM_ROWS)
 
     # 2. the chunk's control table rows (every mode tile of the chunk writes the same values)
-    k = gl.arange(0, CHUNK, layout=TOK)
+    # tokens along dim 0 of [CHUNK, 1] (the shared table's shape)
+    TAB: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [NW, 1], [1, 0])
+    k = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, TAB))
     ok = k < n
     tok = tok0 + k
     eta = gl.load(eta_ptr + tok, mask=ok, other=0.0).to(gl.float32)
@@ -206,12 +214,18 @@ def lookback_once_forward(
         keep = gl.load(seg_ptr + tok, mask=ok, other=1) != 0
         cd = gl.where(keep, cd, 0.0)
         sd = gl.where(keep, sd, 0.0)
+    e_eta = gl.exp(eta)
     trow = ctl_ptr + tok * TABLE_COLS
-    gl.store(trow, gl.exp(eta), mask=ok)
+    gl.store(trow, e_eta, mask=ok)
     gl.store(trow + 1, cd, mask=ok)
     gl.store(trow + 2, sd, mask=ok)
     gl.store(trow + 3, gl.zeros_like(cd), mask=ok)
-    ctl_c = ctl_ptr + tok0 * TABLE_COLS
+    # the walks' copy (visible to every thread after the summary's first CTA barrier)
+    tab_e = gl.allocate_shared_memory(gl.float32, [CHUNK, 1], SMEM, gl.expand_dims(e_eta, 1))
+    tab_c = gl.allocate_shared_memory(gl.float32, [CHUNK, 1], SMEM, gl.expand_dims(cd, 1))
+    tab_s = gl.allocate_shared_memory(gl.float32, [CHUNK, 1], SMEM, gl.expand_dims(sd, 1))
+    tab = (_as_rows(tab_e, CHUNK, 1, SMEM_ROWS), _as_rows(tab_c, CHUNK, 1, SMEM_ROWS),
+           _as_rows(tab_s, CHUNK, 1, SMEM_ROWS))
 
     lane_t = gl.arange(0, BLOCK_M, layout=ROW)
     lane = mt * BLOCK_M + lane_t
@@ -232,14 +246,14 @@ def lookback_once_forward(
         _cta_barrier()                   # other threads' copies (and the table rows)
         first = g * (GR // UNROLL)
         for rb in range(first, gl.minimum(blocks, first + GR // UNROLL)):
-            block = _rows(rows_r, rows_i, ctl_c, rb * UNROLL, nu, cos_theta, sin_theta, ROW,
+            block = _rows(rows_r, rows_i, tab, rb * UNROLL, nu, cos_theta, sin_theta, ROW,
                           UNROLL)
             for u in gl.static_range(UNROLL):
                 ar, ai, ur, ui = block[u]
                 qr, qi = cmul_add(ar, ai, qr, qi, ur, ui)
                 pr, pi = cmul(ar, ai, pr, pi)
     for r in range(blocks * UNROLL, n):
-        ar, ai, ur, ui = _rows(rows_r, rows_i, ctl_c, r, nu, cos_theta, sin_theta, ROW, 1)[0]
+        ar, ai, ur, ui = _rows(rows_r, rows_i, tab, r, nu, cos_theta, sin_theta, ROW, 1)[0]
         qr, qi = cmul_add(ar, ai, qr, qi, ur, ui)
         pr, pi = cmul(ar, ai, pr, pi)
 
@@ -271,7 +285,7 @@ def lookback_once_forward(
     y_r_c = y_r_ptr + tok0 * M
     y_i_c = y_i_ptr + tok0 * M
     for rb in range(0, blocks):
-        block = _rows(rows_r, rows_i, ctl_c, rb * UNROLL, nu, cos_theta, sin_theta, ROW,
+        block = _rows(rows_r, rows_i, tab, rb * UNROLL, nu, cos_theta, sin_theta, ROW,
                       UNROLL)
         for u in gl.static_range(UNROLL):
             r = rb * UNROLL + u
@@ -280,7 +294,7 @@ def lookback_once_forward(
             gl.store(y_r_c + r * M + lane, hr.to(y_r_ptr.dtype.element_ty), mask=lane_ok)
             gl.store(y_i_c + r * M + lane, hi.to(y_i_ptr.dtype.element_ty), mask=lane_ok)
     for r in range(blocks * UNROLL, n):
-        ar, ai, ur, ui = _rows(rows_r, rows_i, ctl_c, r, nu, cos_theta, sin_theta, ROW, 1)[0]
+        ar, ai, ur, ui = _rows(rows_r, rows_i, tab, r, nu, cos_theta, sin_theta, ROW, 1)[0]
         hr, hi = cmul_add(ar, ai, hr, hi, ur, ui)
         gl.store(y_r_c + r * M + lane, hr.to(y_r_ptr.dtype.element_ty), mask=lane_ok)
         gl.store(y_i_c + r * M + lane, hi.to(y_i_ptr.dtype.element_ty), mask=lane_ok)
