@@ -177,7 +177,10 @@ def test_gpu_large_training_matches_lookback(shape, monkeypatch):
 
 @pytest.mark.gpu
 def test_gpu_unaligned_rows_fall_back():
-    """br at an odd element offset: the forward runs the Triton walk instead, same results."""
+    """br at an odd element offset: the forward runs the Triton walk instead, the same
+    results up to rounding: both evaluate A by the same formula, but ptxas may contract its
+    products into FMAs differently, so a stored bf16 value can round the other way (on an
+    H100, 3.5e-6 relative to the norm: single elements one bf16 ulp apart)."""
     problem = _problem(2, 300, 64, "bfloat16", backward=False, final_state=True)
     inputs = random_inputs(problem, seed=3, device="cuda")
     shifted = torch.empty(inputs.br.numel() + 1, dtype=inputs.br.dtype, device="cuda")
@@ -186,7 +189,9 @@ def test_gpu_unaligned_rows_fall_back():
     cfg = STRATEGY.default(problem)
     got = STRATEGY.run(inputs.replace(br=br), cfg)
     want = STRATEGY.run(inputs, cfg)
-    assert relative_error(got.real, want.real) <= 1e-6
+    for g, w in ((got.real, want.real), (got.imag, want.imag),
+                 (got.final_state[0], want.final_state[0])):
+        assert relative_error(g, w) <= 1e-4
 
 
 def test_rule_takes_it_for_large_cuda_scans():
