@@ -34,25 +34,21 @@ def replay(data: dict) -> list[dict]:
     times = timed_configs(data["rows"])
     recorded = {(tuple(s["shape"]), s["dtype"], mode): s.get(f"{mode}_vs_best")
                 for s in data.get("served", ()) for mode in ("forward", "train")}
-    saved = dispatch._signature
-    dispatch._signature = lambda problem, device=None: dev      # the run's GPU, here
-    # and no Triton interpreter (which rules the Gluon strategies out) on that GPU
-    try:
-        with overridden(interpret=False):
-            out = []
-            for (shape, dtype, mode), cands in sorted(times.items()):
-                problem = ScanProblem(B=shape[0], L=shape[1], M=shape[2], dtype=dtype,
-                                      backward=mode == "train")
-                d = dispatch.choose(problem, policy="cached", allow_tune=False)
-                k = config_key(d.strategy.name, d.config.model_dump(mode="json"))
-                best = min(cands.values())
-                out.append({"shape": shape, "dtype": dtype, "mode": mode,
-                            "choice": f"{d.strategy.name} {d.source} {d.source_key or ''}".strip(),
-                            "ratio": cands[k] / best if k in cands else None,
-                            "recorded": recorded.get((shape, dtype, mode))})
-            return out
-    finally:
-        dispatch._signature = saved
+    # as on the run's GPU, and without the Triton interpreter (which rules the Gluon
+    # strategies out) there
+    with overridden(interpret=False):
+        out = []
+        for (shape, dtype, mode), cands in sorted(times.items()):
+            problem = ScanProblem(B=shape[0], L=shape[1], M=shape[2], dtype=dtype,
+                                  backward=mode == "train")
+            d = dispatch.choose(problem, policy="cached", allow_tune=False, on=dev)
+            k = config_key(d.strategy.name, d.config.model_dump(mode="json"))
+            best = min(cands.values())
+            out.append({"shape": shape, "dtype": dtype, "mode": mode,
+                        "choice": f"{d.strategy.name} {d.source} {d.source_key or ''}".strip(),
+                        "ratio": cands[k] / best if k in cands else None,
+                        "recorded": recorded.get((shape, dtype, mode))})
+        return out
 
 
 def main(argv=None) -> None:

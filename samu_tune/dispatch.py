@@ -232,15 +232,17 @@ def _online(problem: Problem, dev: DeviceInfo, device: Optional[torch.device],
 
 def choose(problem: Problem, strategy: StrategyArg = "auto", *,
            policy: Optional[str] = None, device: Optional[torch.device] = None,
-           allow_tune: bool = True, trail: Optional[list[str]] = None) -> Decision:
+           allow_tune: bool = True, trail: Optional[list[str]] = None,
+           on: Optional[DeviceInfo] = None) -> Decision:
     """The (strategy, config) dispatch runs for ``problem``, with where it came from.
 
     ``policy`` overrides ``SAMU_TUNE_MODE``; ``allow_tune=False`` never tunes (explain, CUDA
-    graph capture); ``trail`` collects why earlier sources were skipped.  Local to this
-    process: no memo, no distributed broadcast (see :func:`decide`).
+    graph capture); ``trail`` collects why earlier sources were skipped; ``on`` chooses as on
+    that GPU instead of ``device``'s (a replay of another machine's recorded run).  Local to
+    this process: no memo, no distributed broadcast (see :func:`decide`).
     """
     trail = [] if trail is None else trail
-    dev = _signature(problem, device)
+    dev = on if on is not None else _signature(problem, device)
     if not (isinstance(strategy, str) and strategy == "auto"):
         return _forced(problem, strategy, dev)
     policy = policy or settings().mode
