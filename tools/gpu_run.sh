@@ -17,9 +17,9 @@
 #      paired per round)                     T_HOST     -> host/, host_base/, host_rounds.md
 #   9. decode tokens/s (SAMU.step vs the seed)                   T_DECODE   -> layer/
 #  10. cold tune with and without the compile pool (COLD_ARGS)   T_COLD     -> cold_tune/
-#  11. Nsight Compute counters of the look-back kernel (NCU_CONFIGS: config specs; NCU_ARGS,
-#      e.g. --dtype float32), forward and forward+backward; T_NCU bounds each profile, two
-#      per config                                                T_NCU      -> ncu/
+#  11. Nsight Compute counters of the look-back kernel (NCU_CONFIGS: config specs;
+#      NCU_STRATEGY: lookback or lookback_once; NCU_ARGS, e.g. --dtype float32), forward and
+#      forward+backward; T_NCU bounds each profile, two per config  T_NCU  -> ncu/
 #  12. the main job (`samu-tune profile --shapes examples/shapes.yaml -v`, default flags) in a
 #      fresh process from empty Triton and samu_tune caches, then again with the Triton cache
 #      it left and an empty samu_tune cache (warm; T_MAIN_WARM, default 120)
@@ -157,25 +157,35 @@ if on "${T_COLD:-0}"; then
 fi
 if on "${T_NCU:-0}"; then
   phase ncu
-  # DRAM bytes (does the replay's re-read come from L2?), issue activity, stall reasons,
-  # occupancy of one lookback_scan launch: the third forward (skip 2), or with --train the
-  # second backward (skip 3)
+  # DRAM bytes (does the replay's re-read come from L2?), issue activity, stall reasons
+  # (cycles per issued instruction), occupancy of one launch: the third forward (skip 2), or
+  # with --train the second backward (skip 3).  NCU_STRATEGY=lookback_once: its forward is
+  # the Gluon kernel (lookback_once_forward) and every lookback_scan launch of its training
+  # step is the backward (skip 1)
   mkdir -p "$OUT/ncu"
+  strategy=${NCU_STRATEGY:-lookback}
   which ncu && ncu --version | tail -1
   sections="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats
    --section Occupancy --section LaunchStats --section SchedulerStats --section InstructionStats
    --section ComputeWorkloadAnalysis"
-  metrics="dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,sm__inst_executed.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum"
+  metrics="dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,sm__inst_executed.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio"
   for cfg in ${NCU_CONFIGS:-64x256x2lp6}; do
     for mode in fwd bwd; do
-      skip=2; extra=""
+      kernel=lookback_scan; skip=2; extra=""
       [ "$mode" = bwd ] && { skip=3; extra="--train"; }
-      echo "== ncu $mode $cfg at $(date +%T)"
-      timeout "$T_NCU" ncu --clock-control none -k regex:lookback_scan --launch-skip "$skip" \
+      if [ "$strategy" = lookback_once ]; then
+        if [ "$mode" = fwd ]; then kernel=lookback_once_forward; else skip=1; fi
+      fi
+      echo "== ncu $mode $cfg ($strategy) at $(date +%T)"
+      timeout "$T_NCU" ncu --clock-control none -k "regex:$kernel" --launch-skip "$skip" \
           --launch-count 1 $sections --metrics "$metrics" \
-          python3 -m tools.ncu_lookback "$cfg" $extra ${NCU_ARGS:-} > "$OUT/ncu/${mode}_$cfg.txt" 2>&1
+          python3 -m tools.ncu_lookback "$cfg" $extra --strategy "$strategy" ${NCU_ARGS:-} \
+          > "$OUT/ncu/${mode}_${strategy}_$cfg.txt" 2>&1
       grep -E "Duration|DRAM Throughput|dram__bytes|sector_hit|lookup_hit|op_read.sum|Issue Slots Busy|Achieved Occupancy|Registers Per|Executed Ipc A|sm__inst_executed|Memory Throughput|Theoretical Occ|Block Limit|Shared Memory Config|Dynamic Shared" \
-          "$OUT/ncu/${mode}_$cfg.txt" | head -40
+          "$OUT/ncu/${mode}_${strategy}_$cfg.txt" | head -40
+      # the stall reasons of at least 0.1 cycles per issued instruction, largest first
+      grep -E "issue_stalled_.*ratio" "$OUT/ncu/${mode}_${strategy}_$cfg.txt" | sort -u \
+          | awk '$NF + 0 >= 0.1' | sort -k3 -g -r
     done
   done
 fi
