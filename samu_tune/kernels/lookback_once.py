@@ -15,7 +15,10 @@ Triton cannot keep a chunk between the two walks (registers cannot be indexed by
    which the walks read per row (read back from global memory instead, each walk step
    waited on them: at (8, 8192, 1024) on the H200, 29% of the cycles between a warp's
    instructions were long-scoreboard stalls; docs/performance.md).
-3. Summary: rows walked from shared memory as each group lands, (P, Q) <- (A P, A Q + u).
+3. Summary: P = prod A in closed form from the chunk's controls, e^(-nu sum e^eta)
+   e^(i (n theta + sum delta)) (0 where a row resets), computed while the copies land; Q
+   walked from shared memory as each group lands, Q <- A Q + u.  (A complex product per row
+   for P cost 4 of the summary's 20 instructions per element.)
 4. Publish, look back (decoupled, WIDTH predecessors per poll), publish the inclusive
    prefix: the protocol of :func:`samu_tune.kernels.lookback.lookback_scan` with the same
    head, slots and statuses, so the host's workspace and head bookkeeping serve both
@@ -24,7 +27,9 @@ Triton cannot keep a chunk between the two walks (registers cannot be indexed by
    chunk writes the final state (fp32).
 
 Rows walk UNROLL at a time (their loads issued together), the chunk's last n % UNROLL rows
-one at a time.  M is a multiple of 8 (16-byte copies of bf16 rows); the host checks it.
+one at a time.  bf16 rows are read as int32 words and unpacked by a shift (low half) and a
+mask (high half): the compiler's conversion spends two instructions on each high half.  M
+is a multiple of 8 (16-byte copies of bf16 rows); the host checks it.
 Forward only: the backward is the Triton loop walk (reading the table this kernel writes),
 whose software pipeline keeps the second read of d out in flight; the same staging for the
 backward ran no faster than it on an H100 (docs/performance.md).
@@ -115,25 +120,50 @@ def _carry_in(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, status0,
 
 
 @gluon.jit
+def _unpack(w, ROW: gl.constexpr):
+    """bf16 pairs packed in int32 words, [BLOCK_M / 2] -> fp32 [BLOCK_M] in ``ROW``: the low
+    half by a shift, the high half by a mask (the pair's join and reshape move no data)."""
+    lo = (w << 16).to(gl.float32, bitcast=True)
+    hi = (w & -65536).to(gl.float32, bitcast=True)
+    pair = gl.join(lo, hi)
+    return gl.convert_layout(gl.reshape(pair, [pair.shape[0] * 2]), ROW)
+
+
+@gluon.jit
+def _as_words(buf, CHUNK: gl.constexpr, W: gl.constexpr, LAYOUT: gl.constexpr):
+    """``buf`` [CHUNK, 2 W] bf16 seen as CHUNK rows of [W] int32 words."""
+    if _NEW_REINTERPRET:
+        rows = buf.reinterpret(gl.int32, [CHUNK, W], LAYOUT)
+    else:
+        rows = buf._reinterpret(gl.int32, [CHUNK, W], LAYOUT)
+    return rows
+
+
+@gluon.jit
 def _rows(rows_r, rows_i, tab, r0, nu, cos_theta, sin_theta, ROW: gl.constexpr,
-          N: gl.constexpr):
+          HALF: gl.constexpr, PACKED: gl.constexpr, N: gl.constexpr):
     """Rows r0 .. r0 + N - 1 of the staged chunk, each (ar, ai, ur, ui), [BLOCK_M] fp32: A
     from the row's table entry in shared memory (``tab``: e^eta, cos delta, sin delta, each
     [CHUNK] rows of [1]; zero rotation on a reset), read as [1] in ``ROW`` (every thread
-    holds it) and broadcast, u = br + i bi.  Every row's loads are issued before the first
+    holds it) and broadcast, u = br + i bi (``PACKED``: rows of int32 words, read in
+    ``HALF`` and unpacked).  Every row's loads are issued before the first
     use of one (in program order, which ptxas keeps: the rows' latencies overlap instead of
     adding up)."""
+    XL: gl.constexpr = HALF if PACKED else ROW      # a row's load layout
     loads = ()
     for u in gl.static_range(N):
         r = r0 + u
         loads = loads + ((tab[0].index(r).load(ROW), tab[1].index(r).load(ROW),
-                          tab[2].index(r).load(ROW), rows_r.index(r).load(ROW),
-                          rows_i.index(r).load(ROW)),)
+                          tab[2].index(r).load(ROW), rows_r.index(r).load(XL),
+                          rows_i.index(r).load(XL)),)
     out = ()
     for u in gl.static_range(N):
         e, cd, sd, xr, xi = loads[u]
         ar, ai, _ = transition_cs(nu, cos_theta, sin_theta, e, cd, sd)
-        out = out + ((ar, ai, xr.to(gl.float32), xi.to(gl.float32)),)
+        if PACKED:
+            out = out + ((ar, ai, _unpack(xr, ROW), _unpack(xi, ROW)),)
+        else:
+            out = out + ((ar, ai, xr.to(gl.float32), xi.to(gl.float32)),)
     return out
 
 
@@ -161,6 +191,8 @@ def lookback_once_forward(
     :func:`samu_tune.kernels.lookback.lookback_scan`)."""
     NW: gl.constexpr = gl.num_warps()
     ROW: gl.constexpr = gl.BlockedLayout([BLOCK_M // (32 * NW)], [32], [NW], [0])
+    # a row of int32 words (``PACKED``)
+    HALF: gl.constexpr = gl.BlockedLayout([max(BLOCK_M // (64 * NW), 1)], [32], [NW], [0])
     TOK: gl.constexpr = gl.BlockedLayout([1], [32], [NW], [0])
     COPY: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // COPY_COLS, COPY_COLS], [NW, 1],
                                           [1, 0])
@@ -197,8 +229,14 @@ def lookback_once_forward(
         _copy_to_shared(xs_i.slice(g * GR, GR), x_i_c + off, mask=mask)
         async_copy.commit_group()
 
-    rows_r = _as_rows(xs_r, CHUNK, BLOCK_M, SMEM_ROWS)
-    rows_i = _as_rows(xs_i, CHUNK, BLOCK_M, SMEM_ROWS)
+    # bf16 rows read as int32 words (two values each) where a thread holds two or more modes
+    PACKED: gl.constexpr = (x_r_ptr.dtype.element_ty == gl.bfloat16) & (BLOCK_M >= 64 * NW)
+    if PACKED:
+        rows_r = _as_words(xs_r, CHUNK, BLOCK_M // 2, SMEM_ROWS)
+        rows_i = _as_words(xs_i, CHUNK, BLOCK_M // 2, SMEM_ROWS)
+    else:
+        rows_r = _as_rows(xs_r, CHUNK, BLOCK_M, SMEM_ROWS)
+        rows_i = _as_rows(xs_i, CHUNK, BLOCK_M, SMEM_ROWS)
 
     # 2. the chunk's control table rows (every mode tile of the chunk writes the same values)
     # tokens along dim 0 of [CHUNK, 1] (the shared table's shape)
@@ -235,9 +273,18 @@ def lookback_once_forward(
     cos_theta = gl.cos(theta)
     sin_theta = gl.sin(theta)
 
+    # P = prod A = e^(-nu sum e^eta) e^(i (n theta + sum delta)), 0 where a row resets (a
+    # reset row's table entry has no rotation: cos delta = sin delta = 0), while the copies land
+    s_eta = gl.sum(gl.where(ok, e_eta, 0.0), axis=0)
+    s_delta = gl.sum(gl.where(ok, delta, 0.0), axis=0)
+    p_rad = gl.exp2((nu * -1.4426950408889634) * s_eta)
+    if HAS_RESETS:
+        resets = gl.sum(gl.where(ok & (cd == 0.0) & (sd == 0.0), 1, 0), axis=0)
+        p_rad = gl.where(resets > 0, 0.0, p_rad)
+    ang = n.to(gl.float32) * theta + s_delta
+    pr = p_rad * gl.cos(ang)
+    pi = p_rad * gl.sin(ang)
     # 3. summary: the chunk's map z -> P z + Q from its staged rows, each group as it lands
-    pr = gl.full_like(nu, 1.0)
-    pi = gl.zeros_like(nu)
     qr = gl.zeros_like(nu)
     qi = gl.zeros_like(nu)
     blocks = n // UNROLL
@@ -247,15 +294,14 @@ def lookback_once_forward(
         first = g * (GR // UNROLL)
         for rb in range(first, gl.minimum(blocks, first + GR // UNROLL)):
             block = _rows(rows_r, rows_i, tab, rb * UNROLL, nu, cos_theta, sin_theta, ROW,
-                          UNROLL)
+                          HALF, PACKED, UNROLL)
             for u in gl.static_range(UNROLL):
                 ar, ai, ur, ui = block[u]
                 qr, qi = cmul_add(ar, ai, qr, qi, ur, ui)
-                pr, pi = cmul(ar, ai, pr, pi)
     for r in range(blocks * UNROLL, n):
-        ar, ai, ur, ui = _rows(rows_r, rows_i, tab, r, nu, cos_theta, sin_theta, ROW, 1)[0]
+        ar, ai, ur, ui = _rows(rows_r, rows_i, tab, r, nu, cos_theta, sin_theta, ROW, HALF,
+                               PACKED, 1)[0]
         qr, qi = cmul_add(ar, ai, qr, qi, ur, ui)
-        pr, pi = cmul(ar, ai, pr, pi)
 
     # 4. publish the aggregate, look back, publish the inclusive prefix
     flag_ptr = sync_ptr + 1 + slot
@@ -286,7 +332,7 @@ def lookback_once_forward(
     y_i_c = y_i_ptr + tok0 * M
     for rb in range(0, blocks):
         block = _rows(rows_r, rows_i, tab, rb * UNROLL, nu, cos_theta, sin_theta, ROW,
-                      UNROLL)
+                      HALF, PACKED, UNROLL)
         for u in gl.static_range(UNROLL):
             r = rb * UNROLL + u
             ar, ai, ur, ui = block[u]
@@ -294,7 +340,8 @@ def lookback_once_forward(
             gl.store(y_r_c + r * M + lane, hr.to(y_r_ptr.dtype.element_ty), mask=lane_ok)
             gl.store(y_i_c + r * M + lane, hi.to(y_i_ptr.dtype.element_ty), mask=lane_ok)
     for r in range(blocks * UNROLL, n):
-        ar, ai, ur, ui = _rows(rows_r, rows_i, tab, r, nu, cos_theta, sin_theta, ROW, 1)[0]
+        ar, ai, ur, ui = _rows(rows_r, rows_i, tab, r, nu, cos_theta, sin_theta, ROW, HALF,
+                               PACKED, 1)[0]
         hr, hi = cmul_add(ar, ai, hr, hi, ur, ui)
         gl.store(y_r_c + r * M + lane, hr.to(y_r_ptr.dtype.element_ty), mask=lane_ok)
         gl.store(y_i_c + r * M + lane, hi.to(y_i_ptr.dtype.element_ty), mask=lane_ok)
