@@ -51,12 +51,14 @@ _NEW_REINTERPRET = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpre
 
 
 @gluon.jit
-def _as_rows(buf, CHUNK: gl.constexpr, BLOCK_M: gl.constexpr, LAYOUT: gl.constexpr):
-    """``buf`` [CHUNK, BLOCK_M] seen as CHUNK rows of [BLOCK_M] (``.index(r)`` a row)."""
+def _as_rows(buf, DTYPE: gl.constexpr, CHUNK: gl.constexpr, W: gl.constexpr,
+             LAYOUT: gl.constexpr):
+    """``buf`` seen as CHUNK rows of [W] ``DTYPE`` (``.index(r)`` a row): its own rows, or a
+    bf16 buffer's rows as int32 words (W half its width)."""
     if _NEW_REINTERPRET:
-        rows = buf.reinterpret(buf.dtype, [CHUNK, BLOCK_M], LAYOUT)
+        rows = buf.reinterpret(DTYPE, [CHUNK, W], LAYOUT)
     else:
-        rows = buf._reinterpret(buf.dtype, [CHUNK, BLOCK_M], LAYOUT)
+        rows = buf._reinterpret(DTYPE, [CHUNK, W], LAYOUT)
     return rows
 
 
@@ -127,16 +129,6 @@ def _unpack(w, ROW: gl.constexpr):
     hi = (w & -65536).to(gl.float32, bitcast=True)
     pair = gl.join(lo, hi)
     return gl.convert_layout(gl.reshape(pair, [pair.shape[0] * 2]), ROW)
-
-
-@gluon.jit
-def _as_words(buf, CHUNK: gl.constexpr, W: gl.constexpr, LAYOUT: gl.constexpr):
-    """``buf`` [CHUNK, 2 W] bf16 seen as CHUNK rows of [W] int32 words."""
-    if _NEW_REINTERPRET:
-        rows = buf.reinterpret(gl.int32, [CHUNK, W], LAYOUT)
-    else:
-        rows = buf._reinterpret(gl.int32, [CHUNK, W], LAYOUT)
-    return rows
 
 
 @gluon.jit
@@ -232,11 +224,11 @@ def lookback_once_forward(
     # bf16 rows read as int32 words (two values each) where a thread holds two or more modes
     PACKED: gl.constexpr = (x_r_ptr.dtype.element_ty == gl.bfloat16) & (BLOCK_M >= 64 * NW)
     if PACKED:
-        rows_r = _as_words(xs_r, CHUNK, BLOCK_M // 2, SMEM_ROWS)
-        rows_i = _as_words(xs_i, CHUNK, BLOCK_M // 2, SMEM_ROWS)
+        rows_r = _as_rows(xs_r, gl.int32, CHUNK, BLOCK_M // 2, SMEM_ROWS)
+        rows_i = _as_rows(xs_i, gl.int32, CHUNK, BLOCK_M // 2, SMEM_ROWS)
     else:
-        rows_r = _as_rows(xs_r, CHUNK, BLOCK_M, SMEM_ROWS)
-        rows_i = _as_rows(xs_i, CHUNK, BLOCK_M, SMEM_ROWS)
+        rows_r = _as_rows(xs_r, xs_r.dtype, CHUNK, BLOCK_M, SMEM_ROWS)
+        rows_i = _as_rows(xs_i, xs_i.dtype, CHUNK, BLOCK_M, SMEM_ROWS)
 
     # 2. the chunk's control table rows (every mode tile of the chunk writes the same values)
     # tokens along dim 0 of [CHUNK, 1] (the shared table's shape)
@@ -262,8 +254,9 @@ def lookback_once_forward(
     tab_e = gl.allocate_shared_memory(gl.float32, [CHUNK, 1], SMEM, gl.expand_dims(e_eta, 1))
     tab_c = gl.allocate_shared_memory(gl.float32, [CHUNK, 1], SMEM, gl.expand_dims(cd, 1))
     tab_s = gl.allocate_shared_memory(gl.float32, [CHUNK, 1], SMEM, gl.expand_dims(sd, 1))
-    tab = (_as_rows(tab_e, CHUNK, 1, SMEM_ROWS), _as_rows(tab_c, CHUNK, 1, SMEM_ROWS),
-           _as_rows(tab_s, CHUNK, 1, SMEM_ROWS))
+    tab = (_as_rows(tab_e, gl.float32, CHUNK, 1, SMEM_ROWS),
+           _as_rows(tab_c, gl.float32, CHUNK, 1, SMEM_ROWS),
+           _as_rows(tab_s, gl.float32, CHUNK, 1, SMEM_ROWS))
 
     lane_t = gl.arange(0, BLOCK_M, layout=ROW)
     lane = mt * BLOCK_M + lane_t
