@@ -178,9 +178,9 @@ def test_gpu_large_training_matches_lookback(shape, monkeypatch):
 @pytest.mark.gpu
 def test_gpu_unaligned_rows_fall_back():
     """br at an odd element offset: the forward runs the Triton walk instead, the same
-    results up to rounding: both evaluate A by the same formula, but ptxas may contract its
-    products into FMAs differently, so a stored bf16 value can round the other way (on an
-    H100, 3.5e-6 relative to the norm: single elements one bf16 ulp apart)."""
+    results up to rounding: the Gluon forward's summary forms P in closed form, and ptxas may
+    contract A's products into FMAs differently, so a stored bf16 value can round the other
+    way (on an H100, 3.5e-6 relative to the norm: single elements one bf16 ulp apart)."""
     problem = _problem(2, 300, 64, "bfloat16", backward=False, final_state=True)
     inputs = random_inputs(problem, seed=3, device="cuda")
     shifted = torch.empty(inputs.br.numel() + 1, dtype=inputs.br.dtype, device="cuda")

@@ -16,7 +16,8 @@ Triton cannot keep a chunk between the two walks (registers cannot be indexed by
    waited on them: at (8, 8192, 1024) on the H200, 29% of the cycles between a warp's
    instructions were long-scoreboard stalls; docs/performance.md).
 3. Summary: P = prod A in closed form from the chunk's controls, e^(-nu sum e^eta)
-   e^(i (n theta + sum delta)) (0 where a row resets), computed while the copies land; Q
+   e^(i (n theta + sum delta)) (0 where a row resets; its phase rounded once at n theta +
+   sum delta, not at every row), computed while the copies land; Q
    walked from shared memory as each group lands, Q <- A Q + u.  (A complex product per row
    for P cost 4 of the summary's 20 instructions per element.)
 4. Publish, look back (decoupled, WIDTH predecessors per poll), publish the inclusive
@@ -28,7 +29,8 @@ Triton cannot keep a chunk between the two walks (registers cannot be indexed by
 
 Rows walk UNROLL at a time (their loads issued together), the chunk's last n % UNROLL rows
 one at a time.  bf16 rows are read as int32 words and unpacked by a shift (low half) and a
-mask (high half): the compiler's conversion spends two instructions on each high half.  M
+mask (high half) where a thread holds two or more modes: the compiler's conversion spends two
+instructions on each high half.  M
 is a multiple of 8 (16-byte copies of bf16 rows); the host checks it.
 Forward only: the backward is the Triton loop walk (reading the table this kernel writes),
 whose software pipeline keeps the second read of d out in flight; the same staging for the
@@ -277,7 +279,7 @@ def lookback_once_forward(
     ang = n.to(gl.float32) * theta + s_delta
     pr = p_rad * gl.cos(ang)
     pi = p_rad * gl.sin(ang)
-    # 3. summary: the chunk's map z -> P z + Q from its staged rows, each group as it lands
+    # 3. summary: the chunk's map z -> P z + Q, Q from its staged rows, each group as it lands
     qr = gl.zeros_like(nu)
     qi = gl.zeros_like(nu)
     blocks = n // UNROLL
