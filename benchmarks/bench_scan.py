@@ -76,8 +76,8 @@ KNOWN_GOOD = {
                       dict(chunk=64, block_m=128, num_warps=2, inner="loop"),
                       # 16 KB staged: twice the programs an SM holds, and twice the columns
                       # between a chunk and its predecessor's ticket (an H100 timeline: the
-                      # look-back wait on the predecessor is 32-48% of a program's life; ties
-                      # on the H100, where the forward is at DRAM's limit)
+                      # look-back wait on the predecessor is 32-48% of a program's life; 2%
+                      # slower on the H100, where the forward is at DRAM's limit)
                       dict(chunk=32, block_m=128, num_warps=2, inner="loop"),
                       dict(chunk=64, block_m=256, num_warps=2, inner="loop", stages=6),
                       dict(chunk=64, block_m=256, num_warps=2, inner="loop", rows=2, stages=6),

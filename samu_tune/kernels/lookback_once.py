@@ -30,8 +30,8 @@ Triton cannot keep a chunk between the two walks (registers cannot be indexed by
 Rows walk UNROLL at a time (their loads issued together), the chunk's last n % UNROLL rows
 one at a time.  bf16 rows are read as int32 words and unpacked by a shift (low half) and a
 mask (high half) where a thread holds two or more modes: the compiler's conversion spends two
-instructions on each high half.  M
-is a multiple of 8 (16-byte copies of bf16 rows); the host checks it.
+instructions on each high half.  M is a multiple of 8 (16-byte copies of bf16 rows); the host
+checks it.
 Forward only: the backward is the Triton loop walk (reading the table this kernel writes),
 whose software pipeline keeps the second read of d out in flight; the same staging for the
 backward ran no faster than it on an H100 (docs/performance.md).
