@@ -65,6 +65,20 @@ def _as_rows(buf, DTYPE: gl.constexpr, CHUNK: gl.constexpr, W: gl.constexpr,
 
 
 @gluon.jit
+def _poll(sync_ptr, first_slot, j, r, status0, WIDTH: gl.constexpr):
+    """One look-back poll: an acquire atomic on the statuses of the window of predecessors
+    j - WIDTH + 1 .. j (``r``: [WIDTH] rows, oldest first; ``first_slot``: chunk 0's slot;
+    none polled for j < 0), reduced to the key r * 4 + status of the newest row whose
+    status is not 1 (-4: every row an aggregate; rows before chunk 0 read as status 2)."""
+    chunk = j - (WIDTH - 1) + r
+    exists = chunk >= 0
+    word = gl.atomic_add(sync_ptr + 1 + (first_slot + chunk), gl.zeros_like(chunk),
+                         mask=exists, sem="acquire")
+    status = gl.where(exists, _status(word, status0), 2)
+    return gl.max(gl.where(status != 1, r * 4 + status, -4), axis=0)
+
+
+@gluon.jit
 def _carry_in(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, status0,
               BLOCK_M: gl.constexpr, WIDTH: gl.constexpr, WL: gl.constexpr):
     """The state entering chunk ``c`` ([BLOCK_M] pair): predecessors c-1, c-2, ... polled
@@ -74,8 +88,9 @@ def _carry_in(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, status0,
     prefix s (status 2) ends the walk with ea s + eb, its status 0 polls again from it; a
     window of WIDTH aggregates moves WIDTH chunks back.  A status word holds ``status0`` +
     the status (an earlier launch's smaller value reads as 0).  One poll is one acquire
-    atomic on the WIDTH statuses (``WL``: a layout of [WIDTH]) and then every payload it
-    makes valid, loaded before the first is used (one round trip for all)."""
+    atomic on the WIDTH statuses (``WL``: a layout of [WIDTH], :func:`_poll`); the payloads
+    it makes valid are loaded together and the next window's poll goes out behind them, so a
+    walk through aggregates waits one round trip per window, not two."""
     ea_r = gl.full_like(init_r, 1.0)
     ea_i = gl.zeros_like(init_r)
     eb_r = gl.zeros_like(init_r)
@@ -85,14 +100,8 @@ def _carry_in(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, status0,
     r = gl.arange(0, WIDTH, layout=WL)
     lane_zero = lane_t * 0
     j = c - 1
+    key = _poll(sync_ptr, slot - c, j, r, status0, WIDTH)
     while j >= 0:
-        chunk = j - (WIDTH - 1) + r
-        exists = chunk >= 0
-        word = gl.atomic_add(sync_ptr + 1 + (slot - c + chunk), gl.zeros_like(chunk),
-                             mask=exists, sem="acquire")
-        # before chunk 0: a stop, never reached (chunk 0 is in the window, status 0 or 2)
-        status = gl.where(exists, _status(word, status0), 2)
-        key = gl.max(gl.where(status != 1, r * 4 + status, -4), axis=0)
         stop = (key + 4) // 4 - 1
         stop_status = key - 4 * stop
         stop_lanes = lane_zero + stop
@@ -111,15 +120,21 @@ def _carry_in(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, status0,
                             gl.load(at + BLOCK_M, mask=take, other=0.0, volatile=True),
                             gl.load(at + 2 * BLOCK_M, mask=take, other=0.0, volatile=True),
                             gl.load(at + 3 * BLOCK_M, mask=take, other=0.0, volatile=True)),)
+        # the next window polled while this one's payloads are in flight: one round trip a
+        # window.  E waits on the poll's answer (``key >= -4`` always holds), else the
+        # compiler places the poll after the composition, which waits on the payloads
+        j = j - (WIDTH - 1 - stop)            # stop = -1: the whole window; stop = j: spin
+        if stop_status == 2:
+            j = c - c - 1
+        else:
+            key = _poll(sync_ptr, slot - c, j, r, status0, WIDTH)
+            ea_r = gl.where(lane_zero + key >= -4, ea_r, 0.0)
         for k in gl.static_range(WIDTH):
             pr, pi, qr, qi = rows[k]
             eb_r, eb_i = cmul_add(ea_r, ea_i, qr, qi, eb_r, eb_i)
             ea_r, ea_i = cmul(ea_r, ea_i, pr, pi)
         if stop_status == 2:
             carry_r, carry_i = cmul_add(ea_r, ea_i, sr, si, eb_r, eb_i)
-            j = c - c - 1
-        else:
-            j = j - (WIDTH - 1 - stop)        # stop = -1: the whole window; stop = j: spin
     return carry_r, carry_i
 
 
@@ -268,13 +283,13 @@ def lookback_once_forward(
     cos_theta = gl.cos(theta)
     sin_theta = gl.sin(theta)
 
-    # P = prod A = e^(-nu sum e^eta) e^(i (n theta + sum delta)), 0 where a row resets (a
-    # reset row's table entry has no rotation: cos delta = sin delta = 0), while the copies land
+    # P = prod A = e^(-nu sum e^eta) e^(i (n theta + sum delta)), 0 where a row resets, while
+    # the copies land
     s_eta = gl.sum(gl.where(ok, e_eta, 0.0), axis=0)
     s_delta = gl.sum(gl.where(ok, delta, 0.0), axis=0)
     p_rad = gl.exp2((nu * -1.4426950408889634) * s_eta)
     if HAS_RESETS:
-        resets = gl.sum(gl.where(ok & (cd == 0.0) & (sd == 0.0), 1, 0), axis=0)
+        resets = gl.sum(gl.where(keep, 0, 1), axis=0)     # rows past n keep (other=1)
         p_rad = gl.where(resets > 0, 0.0, p_rad)
     ang = n.to(gl.float32) * theta + s_delta
     pr = p_rad * gl.cos(ang)
