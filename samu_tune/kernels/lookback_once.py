@@ -122,7 +122,9 @@ def _carry_in(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, status0,
                             gl.load(at + 3 * BLOCK_M, mask=take, other=0.0, volatile=True)),)
         # the next window polled while this one's payloads are in flight: one round trip a
         # window.  E waits on the poll's answer (``key >= -4`` always holds), else the
-        # compiler places the poll after the composition, which waits on the payloads
+        # compiler places the poll after the composition, which waits on the payloads.  No
+        # poll once a prefix ends the walk (a masked one still broadcasts through shared
+        # memory between two CTA barriers)
         j = j - (WIDTH - 1 - stop)            # stop = -1: the whole window; stop = j: spin
         if stop_status == 2:
             j = c - c - 1
