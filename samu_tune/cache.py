@@ -32,7 +32,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional, Sequence, Union
 
-from samu_tune import registry
+from samu_tune import registry, verified
 from samu_tune.device import DeviceInfo, device_info
 from samu_tune.problem import Problem, problem_from_key
 from samu_tune.settings import settings
@@ -82,11 +82,12 @@ def shipped_path(signature: SignatureArg = None) -> Path:
 
 
 def signatures() -> list[str]:
-    """Signatures that have a cache file in :func:`cache_dir`."""
+    """Signatures that have a winner cache file in :func:`cache_dir` (not the tuner's
+    verdict files beside them, :func:`samu_tune.verified.path`)."""
     d = cache_dir()
     if not d.is_dir():
         return []
-    return sorted(p.stem for p in d.glob("*.json"))
+    return sorted(p.stem for p in d.glob("*.json") if not p.stem.startswith(verified.PREFIX))
 
 
 def _newer(a: CacheEntry, b: CacheEntry) -> CacheEntry:

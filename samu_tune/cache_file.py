@@ -138,7 +138,10 @@ def _report(message: str, once_key: str) -> None:
     if once_key in _REPORTED:
         return
     _REPORTED.add(once_key)
-    log.warning(message)
+    # once on the console: the warning; the log too where the program set up logging (with
+    # none, logging's last-resort handler would print the same line a second time)
+    if log.hasHandlers():
+        log.warning(message)
     warnings.warn(message, CacheWarning, stacklevel=3)
 
 

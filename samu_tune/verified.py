@@ -56,9 +56,13 @@ def key(op: str, strategy: str, source_hash: str, config: dict, problem_key: str
                      v["samu_tune"], v["torch"], v["triton"], package_digest()))
 
 
+# the verdict files' name prefix, beside the winner caches named by signature alone
+PREFIX = "verified-"
+
+
 def path(signature: str) -> Path:
     from samu_tune.cache import cache_dir
-    return cache_dir() / f"verified-{signature}.json"
+    return cache_dir() / f"{PREFIX}{signature}.json"
 
 
 def _read(p: Path, fresh: bool = False) -> dict[str, Any]:

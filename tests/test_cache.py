@@ -75,6 +75,21 @@ def test_concurrent_writers_lose_nothing(env):
     assert not list(env.cache_dir.glob("*.tmp"))
 
 
+def test_corrupt_file_is_reported_once_on_the_console(tmp_path):
+    """A program without logging set up sees the report once (the warning), not also
+    through logging's last-resort handler."""
+    import subprocess
+    import sys
+    code = ("from samu_tune import cache; p = cache.path('cpu-interpreter'); "
+            "p.parent.mkdir(parents=True); p.write_text('{ not json'); "
+            "cache.lookup(cache.problem_from_key('B2-L8-M4-f32-forward'), 'cpu-interpreter')")
+    env = dict(__import__("os").environ, SAMU_TUNE_CACHE_DIR=str(tmp_path / "c"))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("unusable") == 1, res.stderr
+
+
 def test_corrupt_file_is_moved_aside_once_and_not_fatal(env):
     p = cache.path(SIG)
     p.parent.mkdir(parents=True)

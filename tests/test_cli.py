@@ -293,6 +293,34 @@ def test_cache_commands(cache_dir, tmp_path, capsys, monkeypatch):
     assert status == 2 and "junk.json" in err and "Traceback" not in err
 
 
+def test_cache_commands_leave_the_verdict_files_alone(cache_dir, tmp_path, capsys):
+    """The tuner's verdict file beside the winner caches is not a device's cache: ``show
+    --all``, ``cache clear --all`` and the listings neither read it as one nor move it aside."""
+    from samu_tune import verified
+    _put("B2-L8-M4-f32-forward")
+    vfile = verified.path(SIG)
+    text = json.dumps({"format": 1, "entries": {}})
+    vfile.write_text(text)
+    assert cache.signatures() == [SIG]
+    status, out, err = run(capsys, "show", "--all")
+    assert status == 0 and "unusable" not in out + err
+    status, out, _ = run(capsys, "cache", "clear", "--all", "--yes")
+    assert status == 0 and "removed 1" in out
+    assert vfile.read_text() == text
+    assert not list(cache_dir.glob("*.corrupt*"))
+
+
+def test_cache_commands_name_other_devices_files(cache_dir, tmp_path, capsys):
+    """A command on this device's (empty) cache names the devices whose cache files exist:
+    ``profile`` on a CPU stores under ``cpu-interpreter``."""
+    _put("B2-L8-M4-f32-forward")                                 # this device's (SIG)
+    status, out, _ = run(capsys, "cache", "export", str(tmp_path / "w.json"), "--device",
+                         "other-gpu")
+    assert status == 0 and "exported 0 entries" in out and SIG in out and "--device" in out
+    status, out, _ = run(capsys, "cache", "path", "--device", "other-gpu")
+    assert status == 0 and f"other devices: {SIG}" in out
+
+
 def test_cpu_timings_never_enter_a_gpu_table(cache_dir, tmp_path):
     with pytest.raises(ValueError, match="CPU wall time"):
         _put("B2-L8-M4-f32-forward", sig="NVIDIA-H200-sm90-132sm", cpu=True)

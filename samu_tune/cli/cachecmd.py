@@ -9,11 +9,21 @@ from samu_tune.cli import console
 from samu_tune.cli.console import CLIError
 
 
+def _elsewhere(sig: str) -> str:
+    """A hint naming the other devices' cache files (e.g. ``cpu-interpreter``, where
+    ``profile`` on a CPU stores its winners), or "" when there are none."""
+    others = [s for s in cache.signatures() if s != sig]
+    return (f"cache files of other devices: {', '.join(others)} (--device SIGNATURE)"
+            if others else "")
+
+
 def run_path(args: argparse.Namespace) -> int:
     sig = cache.signature_of(args.device)
     print(cache.cache_dir())
     print(f"{cache.path(sig)}  (this device: {sig}"
           f"{'' if cache.path(sig).exists() else ', not written yet'})")
+    if hint := _elsewhere(sig):
+        print(hint)
     return 0
 
 
@@ -29,6 +39,8 @@ def run_clear(args: argparse.Namespace) -> int:
             return 1
     n = cache.clear(None if args.all else args.device, all_devices=args.all)
     print(f"removed {n} cached winner(s) of {what} from {cache.cache_dir()}")
+    if not n and not args.all and (hint := _elsewhere(what)):
+        print(hint)
     return 0
 
 
@@ -39,6 +51,8 @@ def run_export(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CLIError(f"cannot export to {args.file}: {exc.strerror or exc}", 1) from None
     print(f"exported {n} entr{'y' if n == 1 else 'ies'} of {sig} to {args.file}")
+    if not n and (hint := _elsewhere(sig)):
+        print(hint)
     return 0
 
 

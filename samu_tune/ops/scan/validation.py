@@ -51,7 +51,8 @@ def validate(eta, delta, nu_log, theta_log, br, bi, *,
     if (initial_state is None and segment_pos is None and type(br) is torch.Tensor
             and type(bi) is torch.Tensor and type(eta) is torch.Tensor
             and type(delta) is torch.Tensor and type(nu_log) is torch.Tensor
-            and type(theta_log) is torch.Tensor and br.dim() == 3):
+            and type(theta_log) is torch.Tensor and br.dim() == 3
+            and type(output_final_state) is bool):
         shape = br.shape
         B, L, M = shape
         device = br.device
@@ -65,7 +66,7 @@ def validate(eta, delta, nu_log, theta_log, br, bi, *,
                 and not settings().check_finite):
             return ScanInputs(eta.contiguous(), delta.contiguous(), nu_log.contiguous(),
                               theta_log.contiguous(), br.contiguous(), bi.contiguous(),
-                              None, None, bool(output_final_state))
+                              None, None, output_final_state)
     return _validate(eta, delta, nu_log, theta_log, br, bi, initial_state=initial_state,
                      segment_pos=segment_pos, output_final_state=output_final_state)
 
@@ -74,6 +75,9 @@ def _validate(eta, delta, nu_log, theta_log, br, bi, *,
               initial_state: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
               segment_pos: Optional[torch.Tensor] = None,
               output_final_state: bool = False) -> ScanInputs:
+    if not isinstance(output_final_state, bool):
+        raise TypeError(f"output_final_state must be a bool, got "
+                        f"{type(output_final_state).__name__} {output_final_state!r}")
     br = _tensor("br", br)
     if br.ndim != 3:
         raise ValueError(f"br must have shape [B, L, M], got {list(br.shape)} ({br.ndim} dims)")
@@ -123,7 +127,7 @@ def _validate(eta, delta, nu_log, theta_log, br, bi, *,
                 raise ValueError(f"{name} has non-finite values")
     return ScanInputs(eta.contiguous(), delta.contiguous(), nu_log.contiguous(),
                       theta_log.contiguous(), br.contiguous(), bi.contiguous(),
-                      initial_state, segment_pos, bool(output_final_state))
+                      initial_state, segment_pos, output_final_state)
 
 
 def _capturing(t: torch.Tensor) -> bool:
