@@ -86,6 +86,11 @@ KNOWN_GOOD = {
                       dict(chunk=64, block_m=128, num_warps=2, inner="loop", rows=2, stages=6),
                       dict(chunk=64, block_m=128, num_warps=2, inner="loop", lookback_width=8,
                            stages=6)],
+    # the read-once forward and a backward that stages d out the same way
+    "lookback_staged": [dict(chunk=64, block_m=128, num_warps=2, inner="loop"),
+                        dict(chunk=32, block_m=256, num_warps=2, inner="loop"),
+                        dict(chunk=32, block_m=128, num_warps=2, inner="loop"),
+                        dict(chunk=64, block_m=256, num_warps=2, inner="loop")],
 }
 
 

@@ -313,6 +313,45 @@ def gluon_launches(quick: bool) -> list[dict]:
     return out
 
 
+def staged_backward_launches(quick: bool) -> list[dict]:
+    """The ``lookback_staged`` backward's launches (Gluon, not recordable under the
+    interpreter) for its benchmark configs, each dtype, with and without h0 and a final-state
+    gradient, its keywords from the strategy itself."""
+    from samu_tune.ops.scan.strategies import lookback_staged as staged
+    from samu_tune.ops.scan.strategies.lookback import LookbackConfig, LookbackPlan
+    if staged.backward_kernels is None:
+        return []
+    configs = [(32, 256, 2), (64, 128, 2), (64, 512, 4)][:1 if quick else 3]
+    dtypes = ["bfloat16"] if quick else ["bfloat16", "float32", "float16"]
+    kernel = staged.backward_kernels.lookback_once_backward
+    out = []
+    for chunk, block_m, warps in configs:
+        plan = LookbackPlan.of(LookbackConfig(chunk=chunk, block_m=block_m, num_warps=warps,
+                                              inner="loop"), once=True)
+        for dtype in dtypes:
+            for state in (False, True):
+                itemsize = {"bfloat16": 2, "float16": 2, "float32": 4}[dtype]
+                kw = dict(staged._keywords(plan, state, state, itemsize))
+                options = {k: kw.pop(k) for k in list(kw) if not k.isupper()}
+                args = {}
+                for p in kernel.params:
+                    if p.name in kw:
+                        args[p.name] = {"bool" if isinstance(kw[p.name], bool) else "int":
+                                        kw[p.name]}
+                    elif p.name.endswith("_ptr"):
+                        ptr = "int32" if p.name == "sync_ptr" else "float32"
+                        if p.name.split("_")[0] in ("x", "y", "gx"):
+                            ptr = dtype
+                        args[p.name] = ({"none": True}
+                                        if not state and p.name.startswith(("h0", "gh0", "end"))
+                                        else {"ptr": ptr, "align16": True})
+                    else:
+                        args[p.name] = {"int": 100003}        # runtime ints (not specialised)
+                out.append({"module": kernel.__module__, "name": kernel.__name__,
+                            "args": args, "options": options})
+    return out
+
+
 def _label(launch) -> str:
     const = {k: v.get("int", v.get("bool")) for k, v in launch["args"].items()
              if k.isupper() and ("int" in v or "bool" in v)}
@@ -354,6 +393,8 @@ def main() -> int:
         launches = json.loads(rec.read_text())
     if not wanted or "lookback_once" in wanted:
         launches += gluon_launches(args.quick)
+    if not wanted or "lookback_staged" in wanted:
+        launches += staged_backward_launches(args.quick)
     print(f"triton {triton.__version__}: {len(launches)} distinct launches recorded in "
           f"{time.time() - t0:.0f} s; compiling for sm_{args.arch}", flush=True)
     os.environ.pop("TRITON_INTERPRET", None)
