@@ -175,6 +175,8 @@ def test_empty_length_runs_and_bad_state_and_segments_raise():
         samu_tune.scan(**a, segment_pos=torch.zeros(2, 5))
     with pytest.raises(TypeError, match="output_final_state must be a bool, got str 'no'"):
         samu_tune.scan(**a, output_final_state="no")
+    with pytest.raises(ValueError, match="got meta tensors"):
+        samu_tune.scan(**{k: v.to("meta") for k, v in a.items()})
     with pytest.raises(ValueError, match=r"segment_pos must have shape \[B, L\]"):
         samu_tune.scan(**a, segment_pos=torch.zeros(2, 4, dtype=torch.int32))
     with pytest.raises(ValueError, match="unknown strategy"):

@@ -63,7 +63,7 @@ def validate(eta, delta, nu_log, theta_log, br, bi, *,
                 and nu_log.dtype in SPECTRUM_DTYPES and theta_log.dtype in SPECTRUM_DTYPES
                 and bi.device == device and eta.device == device and delta.device == device
                 and nu_log.device == device and theta_log.device == device
-                and not settings().check_finite):
+                and device.type != "meta" and not settings().check_finite):
             return ScanInputs(eta.contiguous(), delta.contiguous(), nu_log.contiguous(),
                               theta_log.contiguous(), br.contiguous(), bi.contiguous(),
                               None, None, output_final_state)
@@ -121,6 +121,8 @@ def _validate(eta, delta, nu_log, theta_log, br, bi, *,
     if len(set(devices.values())) > 1:
         listing = ", ".join(f"{n} on {d}" for n, d in devices.items())
         raise ValueError(f"all tensors must be on one device, got {listing}")
+    if br.device.type == "meta":
+        raise ValueError("the scan needs tensors with data (cuda or cpu), got meta tensors")
     if settings().check_finite and not _capturing(br):
         for name, t in (("nu_log", nu_log), ("theta_log", theta_log)):
             if not bool(torch.isfinite(t).all()):
