@@ -32,9 +32,9 @@ one at a time.  bf16 rows are read as int32 words and unpacked by a shift (low h
 mask (high half) where a thread holds two or more modes: the compiler's conversion spends two
 instructions on each high half.  M is a multiple of 8 (16-byte copies of bf16 rows); the host
 checks it.
-Forward only: the backward is the Triton loop walk (reading the table this kernel writes),
-whose software pipeline keeps the second read of d out in flight; the same staging for the
-backward ran no faster than it on an H100 (docs/performance.md).
+Forward only.  The backward reads the table this kernel writes: the Triton loop walk
+(strategy ``lookback_once``) or :mod:`samu_tune.kernels.lookback_once_backward`, which stages
+d out the same way (strategy ``lookback_staged``).
 """
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
