@@ -273,43 +273,57 @@ def _innermost(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[-300:]}"
 
 
+def _plans(configs: list[tuple[int, int, int]], quick: bool):
+    """(plan, dtype, itemsize) of read-once loop configs (chunk, block_m, warps) for each
+    dtype (the first config and bf16 alone when ``quick``)."""
+    from samu_tune.ops.scan.strategies.lookback import LookbackConfig, LookbackPlan
+    dtypes = ["bfloat16"] if quick else ["bfloat16", "float32", "float16"]
+    for chunk, block_m, warps in configs[:1 if quick else len(configs)]:
+        plan = LookbackPlan.of(LookbackConfig(chunk=chunk, block_m=block_m, num_warps=warps,
+                                              inner="loop"), once=True)
+        for dtype in dtypes:
+            yield plan, dtype, {"bfloat16": 2, "float16": 2, "float32": 4}[dtype]
+
+
+def _gluon_launch(kernel, keywords: dict, dtype: str, rows: tuple[str, ...],
+                  ptr_types: dict[str, str], none: set[str]) -> dict:
+    """One Gluon launch in the recorded format: the strategy's ``keywords`` (the options
+    split off), ``dtype`` pointers for the row arrays (names starting with ``rows``), else
+    ``ptr_types``' or float32 ones, None for the names in ``none``, the other arguments
+    runtime ints (not specialised)."""
+    kw = dict(keywords)
+    options = {k: kw.pop(k) for k in list(kw) if not k.isupper()}
+    args = {}
+    for p in kernel.params:
+        if p.name in kw:
+            args[p.name] = {"bool" if isinstance(kw[p.name], bool) else "int": kw[p.name]}
+        elif p.name in none:
+            args[p.name] = {"none": True}
+        elif p.name.endswith("_ptr"):
+            ptr = dtype if p.name.startswith(rows) else ptr_types.get(p.name, "float32")
+            args[p.name] = {"ptr": ptr, "align16": True}
+        else:
+            args[p.name] = {"int": 100003}
+    return {"module": kernel.__module__, "name": kernel.__name__, "args": args,
+            "options": options}
+
+
 def gluon_launches(quick: bool) -> list[dict]:
     """The Gluon kernels' launches, which the interpreter cannot record: the read-once
     look-back forward (``lookback_once``) for its benchmark configs, in the recorded format,
     its keywords from the strategy itself.  Each dtype, with and without resets and h0."""
     from samu_tune.ops.scan.strategies import lookback_once as once
-    from samu_tune.ops.scan.strategies.lookback import LookbackConfig, LookbackPlan
     if once.once_kernels is None:
         return []
-    configs = [(64, 256, 2), (32, 128, 4), (64, 512, 4)][:1 if quick else 3]
-    dtypes = ["bfloat16"] if quick else ["bfloat16", "float32", "float16"]
     kernel = once.once_kernels.lookback_once_forward
     out = []
-    for chunk, block_m, warps in configs:
-        plan = LookbackPlan.of(LookbackConfig(chunk=chunk, block_m=block_m, num_warps=warps,
-                                              inner="loop"), once=True)
-        for dtype in dtypes:
-            for features in ((False, False), (True, True)):
-                itemsize = {"bfloat16": 2, "float16": 2, "float32": 4}[dtype]
-                kw = dict(once._keywords(plan, *features, itemsize))
-                options = {k: kw.pop(k) for k in list(kw) if not k.isupper()}
-                args = {}
-                for p in kernel.params:
-                    if p.name in kw:
-                        args[p.name] = {"bool" if isinstance(kw[p.name], bool) else "int":
-                                        kw[p.name]}
-                    elif p.name.endswith("_ptr"):
-                        ptr = {"sync_ptr": "int32", "seg_ptr": "int64"}.get(p.name, "float32")
-                        if p.name[:3] in ("x_r", "x_i", "y_r", "y_i"):
-                            ptr = dtype
-                        args[p.name] = ({"none": True}
-                                        if (p.name == "seg_ptr" and not features[0])
-                                        or (p.name.startswith("h0") and not features[1])
-                                        else {"ptr": ptr, "align16": True})
-                    else:
-                        args[p.name] = {"int": 100003}        # runtime ints (not specialised)
-                out.append({"module": kernel.__module__, "name": kernel.__name__,
-                            "args": args, "options": options})
+    for plan, dtype, itemsize in _plans([(64, 256, 2), (32, 128, 4), (64, 512, 4)], quick):
+        for resets, h0 in ((False, False), (True, True)):
+            none = ({"seg_ptr"} if not resets else set()) | (
+                {"h0_r_ptr", "h0_i_ptr"} if not h0 else set())
+            out.append(_gluon_launch(kernel, once._keywords(plan, resets, h0, itemsize), dtype,
+                                     ("x_r", "x_i", "y_r", "y_i"),
+                                     {"sync_ptr": "int32", "seg_ptr": "int64"}, none))
     return out
 
 
@@ -318,37 +332,16 @@ def staged_backward_launches(quick: bool) -> list[dict]:
     interpreter) for its benchmark configs, each dtype, with and without h0 and a final-state
     gradient, its keywords from the strategy itself."""
     from samu_tune.ops.scan.strategies import lookback_staged as staged
-    from samu_tune.ops.scan.strategies.lookback import LookbackConfig, LookbackPlan
     if staged.backward_kernels is None:
         return []
-    configs = [(32, 256, 2), (64, 128, 2), (64, 512, 4)][:1 if quick else 3]
-    dtypes = ["bfloat16"] if quick else ["bfloat16", "float32", "float16"]
     kernel = staged.backward_kernels.lookback_once_backward
     out = []
-    for chunk, block_m, warps in configs:
-        plan = LookbackPlan.of(LookbackConfig(chunk=chunk, block_m=block_m, num_warps=warps,
-                                              inner="loop"), once=True)
-        for dtype in dtypes:
-            for state in (False, True):
-                itemsize = {"bfloat16": 2, "float16": 2, "float32": 4}[dtype]
-                kw = dict(staged._keywords(plan, state, state, itemsize))
-                options = {k: kw.pop(k) for k in list(kw) if not k.isupper()}
-                args = {}
-                for p in kernel.params:
-                    if p.name in kw:
-                        args[p.name] = {"bool" if isinstance(kw[p.name], bool) else "int":
-                                        kw[p.name]}
-                    elif p.name.endswith("_ptr"):
-                        ptr = "int32" if p.name == "sync_ptr" else "float32"
-                        if p.name.split("_")[0] in ("x", "y", "gx"):
-                            ptr = dtype
-                        args[p.name] = ({"none": True}
-                                        if not state and p.name.startswith(("h0", "gh0", "end"))
-                                        else {"ptr": ptr, "align16": True})
-                    else:
-                        args[p.name] = {"int": 100003}        # runtime ints (not specialised)
-                out.append({"module": kernel.__module__, "name": kernel.__name__,
-                            "args": args, "options": options})
+    for plan, dtype, itemsize in _plans([(32, 256, 2), (64, 128, 2), (64, 512, 4)], quick):
+        for state in (False, True):
+            none = set() if state else {p.name for p in kernel.params
+                                        if p.name.startswith(("h0", "gh0", "end"))}
+            out.append(_gluon_launch(kernel, staged._keywords(plan, state, state, itemsize),
+                                     dtype, ("x_", "y_", "gx_"), {"sync_ptr": "int32"}, none))
     return out
 
 
