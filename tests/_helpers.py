@@ -36,6 +36,34 @@ def grads(run, inputs, loss):
     return [leaf.grad for leaf in leaves]
 
 
+
+def bf16_upstream(B, L, M, seed=5):
+    """Upstream gradients of a bf16 training step on the GPU: the outputs' pair [B, L, M]
+    (bf16) and the final state's [B, M] (fp32)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    up = [torch.randn(B, L, M, generator=g, device="cuda").to(torch.bfloat16) for _ in range(2)]
+    return up + [torch.randn(B, M, generator=g, device="cuda") for _ in range(2)]
+
+
+def outputs_and_grads(strat, cfg, inputs, up):
+    """Outputs and final state of ``strat`` at ``cfg`` on fresh leaves of ``inputs`` (with an
+    initial state), then every input gradient under the upstream ``up``."""
+    leaves = [t.detach().requires_grad_(True) for t in inputs.differentiable()]
+    eta, delta, nu_log, theta_log, br, bi = leaves[:6]
+    out = strat.run(inputs.replace(eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
+                                   br=br, bi=bi, initial_state=tuple(leaves[6:])), cfg)
+    outs = (out.real, out.imag, *out.final_state)
+    return [*outs, *torch.autograd.grad(outs, leaves, up)]
+
+
+def assert_training_close(got, want, dtype="bfloat16"):
+    """:func:`outputs_and_grads` of two runs within ``dtype``'s tolerances in relative norm
+    (the first four: outputs and final state)."""
+    from samu_tune.tolerances import TOLERANCES, relative_error
+    tol = TOLERANCES[dtype]
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert relative_error(a, b) <= (tol.forward if i < 4 else tol.gradient), i
+
 def assert_final_state_grads_match_reference(run, inputs):
     """Gradients through the final state only, against the float64 reference."""
 

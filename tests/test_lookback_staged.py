@@ -9,7 +9,8 @@ from samu_tune.ops.scan.problem import ScanProblem
 from samu_tune.ops.scan.strategies import lookback_staged as staged
 from samu_tune.ops.scan.strategies.lookback_config import LookbackConfig
 from samu_tune.ops.scan.verify import random_inputs, verify
-from samu_tune.tolerances import TOLERANCES, relative_error
+
+from _helpers import assert_training_close, bf16_upstream, outputs_and_grads
 
 STRATEGY = registry.get("lookback_staged")
 ONCE = registry.get("lookback_once")
@@ -107,23 +108,10 @@ def test_gpu_large_training_matches_lookback(shape, monkeypatch):
     B, L, M = shape
     problem = _problem(B, L, M, "bfloat16", initial_state=True, final_state=True, resets=True)
     inputs = random_inputs(problem, seed=B, device="cuda", reset_rate=0.001)
-    g = torch.Generator(device="cuda").manual_seed(5)
-    up = [torch.randn(B, L, M, generator=g, device="cuda").to(torch.bfloat16) for _ in range(2)]
-    up += [torch.randn(B, M, generator=g, device="cuda") for _ in range(2)]
-
-    def outputs_and_grads(strat, cfg):
-        leaves = [t.detach().requires_grad_(True) for t in inputs.differentiable()]
-        eta, delta, nu_log, theta_log, br, bi = leaves[:6]
-        out = strat.run(inputs.replace(eta=eta, delta=delta, nu_log=nu_log,
-                                       theta_log=theta_log, br=br, bi=bi,
-                                       initial_state=tuple(leaves[6:])), cfg)
-        outs = (out.real, out.imag, *out.final_state)
-        return [*outs, *torch.autograd.grad(outs, leaves, up)]
+    up = bf16_upstream(B, L, M)
 
     lookback = registry.get("lookback")
-    want = outputs_and_grads(lookback, lookback.default(problem))
-    got = outputs_and_grads(STRATEGY, STRATEGY.default(problem))
+    want = outputs_and_grads(lookback, lookback.default(problem), inputs, up)
+    got = outputs_and_grads(STRATEGY, STRATEGY.default(problem), inputs, up)
     assert len(launches) == 1
-    tol = TOLERANCES["bfloat16"]
-    for i, (a, b) in enumerate(zip(got, want)):
-        assert relative_error(a, b) <= (tol.forward if i < 4 else tol.gradient), i
+    assert_training_close(got, want)
