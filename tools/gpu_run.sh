@@ -18,7 +18,7 @@
 #   9. decode tokens/s (SAMU.step vs the seed)                   T_DECODE   -> layer/
 #  10. cold tune with and without the compile pool (COLD_ARGS)   T_COLD     -> cold_tune/
 #  11. Nsight Compute counters of the look-back kernel (NCU_CONFIGS: config specs;
-#      NCU_STRATEGY: lookback or lookback_once; NCU_ARGS, e.g. --dtype float32), forward and
+#      NCU_STRATEGY: lookback, lookback_once or lookback_staged; NCU_ARGS, e.g. --dtype float32), forward and
 #      forward+backward; T_NCU bounds each profile, two per config  T_NCU  -> ncu/
 #  12. the main job (`samu-tune profile --shapes examples/shapes.yaml -v`, default flags) in a
 #      fresh process from empty Triton and samu_tune caches, then again with the Triton cache
@@ -161,7 +161,8 @@ if on "${T_NCU:-0}"; then
   # (cycles per issued instruction), occupancy of one launch: the third forward (skip 2), or
   # with --train the second backward (skip 3).  NCU_STRATEGY=lookback_once: its forward is
   # the Gluon kernel (lookback_once_forward) and every lookback_scan launch of its training
-  # step is the backward (skip 1)
+  # step is the backward (skip 1); NCU_STRATEGY=lookback_staged: its backward is the Gluon
+  # kernel lookback_once_backward (skip 1)
   mkdir -p "$OUT/ncu"
   strategy=${NCU_STRATEGY:-lookback}
   which ncu && ncu --version | tail -1
@@ -175,6 +176,8 @@ if on "${T_NCU:-0}"; then
       [ "$mode" = bwd ] && { skip=3; extra="--train"; }
       if [ "$strategy" = lookback_once ]; then
         if [ "$mode" = fwd ]; then kernel=lookback_once_forward; else skip=1; fi
+      elif [ "$strategy" = lookback_staged ]; then
+        if [ "$mode" = fwd ]; then kernel=lookback_once_forward; else kernel=lookback_once_backward; skip=1; fi
       fi
       echo "== ncu $mode $cfg ($strategy) at $(date +%T)"
       timeout "$T_NCU" ncu --clock-control none -k "regex:$kernel" --launch-skip "$skip" \

@@ -4,6 +4,8 @@
         python3 -m tools.ncu_lookback 64x512x4lr2p4 [--shape 8x8192x1024] [--train] [--dtype float32]
     ncu -k regex:lookback_once_forward --launch-skip 2 --launch-count 1 ... \
         python3 -m tools.ncu_lookback 32x256x2l --strategy lookback_once
+    ncu -k regex:lookback_once_backward --launch-skip 1 --launch-count 1 ... \
+        python3 -m tools.ncu_lookback 32x256x2l --train --strategy lookback_staged
 
 (the NCU phase of ``tools/gpu_run.sh`` runs it so, with the counters below).
 
@@ -31,8 +33,10 @@ def main() -> None:
     ap.add_argument("--shape", type=parse_shape, default="8x8192x1024")
     ap.add_argument("--train", action="store_true")
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--strategy", default="lookback", choices=("lookback", "lookback_once"),
-                    help="lookback_once: its forward is the Gluon kernel lookback_once_forward")
+    ap.add_argument("--strategy", default="lookback", choices=("lookback", "lookback_once", "lookback_staged"),
+                    help="lookback_once: its forward is the Gluon kernel lookback_once_forward; "
+                         "lookback_staged: so is its forward, and its backward is "
+                         "lookback_once_backward")
     args = ap.parse_args()
     B, L, M = args.shape
     cfg = parse_lookback_config(args.config)
