@@ -68,6 +68,8 @@ class Decision(NamedTuple):
 
 def _capturing() -> bool:
     """True while the current CUDA stream is capturing a graph."""
+    if torch.compiler.is_compiling():    # dynamo tracing an eager path: no stream to ask
+        return False
     try:
         return bool(torch.cuda.is_current_stream_capturing())
     except (RuntimeError, AssertionError):  # CPU-only builds

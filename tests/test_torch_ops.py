@@ -172,6 +172,32 @@ def test_compiled_scan_bad_input_names_the_argument():
         _compiled(f)(leaves[0][:, :-1], leaves[4])
 
 
+@pytest.mark.parametrize("strategy,match", [
+    ("lookbak", "unknown strategy 'lookbak'"),
+    (("lookback", {"chunkk": 32}), "unknown config field 'chunkk'"),
+])
+@pytest.mark.parametrize("fullgraph", [True, False])
+@pytest.mark.parametrize("where", ["cpu", "float64"])
+def test_compiled_scan_bad_strategy_raises_on_the_reference_paths(strategy, match, fullgraph,
+                                                                   where):
+    """The reference paths (CPU tensors without the interpreter, float64) run no strategy: a
+    misspelled name or config field still raises, as it does in eager mode."""
+    from samu_tune.settings import overridden
+    leaves, sp = _scan_args(torch.float64 if where == "float64" else torch.float32, grad=False)
+
+    def f(*args):
+        return samu_tune.scan(*args, segment_pos=sp, strategy=strategy).real
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=fullgraph, backend="aot_eager")
+    with overridden(interpret=where == "float64"):
+        with pytest.raises(Exception) as info:
+            compiled(*leaves[:6])
+    # under fullgraph=True dynamo wraps the error and quotes it (Unsupported); otherwise the
+    # call runs eagerly after the graph break, where the strategy's capability (CPU tensors
+    # without the interpreter, float64) fails before its config is read
+    assert match in str(info.value) or (not fullgraph and "cannot run" in str(info.value))
+
+
 def _opcheck_samples():
     for h0, seg in ((True, True), (False, False)):
         leaves, sp = _scan_args(h0=h0, seg=seg)

@@ -124,6 +124,7 @@ def _scan_traced(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_p
     from samu_tune.ops.scan import library
     inputs = validate(eta, delta, nu_log, theta_log, br, bi, initial_state=initial_state,
                       segment_pos=segment_pos, output_final_state=output_final_state)
+    _check_strategy_traced(strategy)
     if (strategy == "reference" or inputs.br.dtype == torch.float64
             or inputs.eta.dtype == torch.float64 or inputs.nu_log.dtype == torch.float64
             or (not inputs.br.is_cuda and not settings().interpret)):
@@ -134,6 +135,23 @@ def _scan_traced(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_p
         return _scan_eager(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
                            output_final_state, strategy)
     return library.scan(inputs, strategy)
+
+
+def _check_strategy_traced(strategy: StrategyArg) -> None:
+    """:func:`_check_strategy` in code dynamo traces whole: a registered name, and a config
+    dict's keys among the strategy's config fields (the values are checked where the
+    strategy runs: the operators parse the config; the reference paths run no strategy, so
+    without this a misspelled strategy would pass unnoticed there)."""
+    if strategy == "auto":
+        return
+    name, config = dispatch.split_strategy(strategy)
+    strat = registry.get(name)
+    if isinstance(config, dict):
+        fields = strat.config_model.__pydantic_fields__
+        for key in config:
+            if key not in fields:
+                raise ValueError(f"unknown config field {key!r} for strategy {name!r}; "
+                                 f"fields: {list(fields)}")
 
 
 # a strategy without an autograd Function (one registered from outside) runs eagerly behind a
