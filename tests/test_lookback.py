@@ -681,3 +681,40 @@ def test_fused_layer_refuses_bad_inputs():
         fused_layer(x, dirs, scales, *params, LOOP, seg=torch.zeros(L, B, dtype=torch.int32))
     with pytest.raises(ValueError, match="dirs"):
         fused_layer(x, dirs[:, :-1].contiguous(), scales, *params, LOOP)
+
+
+@pytest.mark.parametrize("takes", [False, True])
+def test_a_plans_backward_launch_replaces_the_walk_or_declines(takes):
+    """A plan's ``backward`` launch gets the backward's buffers once per backward: when it
+    declines (False) the Triton walk runs; when it takes the launch (here: the walk itself,
+    through the arguments it is given) the walk does not run again.  Gradients match the
+    float64 reference either way."""
+    cfg = LookbackConfig(chunk=16, block_m=16, num_warps=2, inner="loop")
+    problem = _problem(2, 40, 24, dtype="float32", backward=True, resets=True,
+                       initial_state=True, final_state=True)
+    calls = []
+
+    def launch(plan, B, L, M, *, nu_log, theta_log, ctl, x, h0, y, end, gx, gh0, g_ctl,
+               g_spec, sync, kept):
+        calls.append((B, L, M))
+        if takes:
+            lb._launch(plan, True, B, L, M, eta=None, delta=None, nu_log=nu_log,
+                       theta_log=theta_log, seg=None, x=x, h0=h0, y=y, end=end, gx=gx,
+                       gh0=gh0, p_ctl=g_ctl, p_spec=g_spec, ctl=ctl, sync=sync, kept=kept)
+        return takes
+
+    walks = []
+    real = lb._launch
+
+    def counting(plan, reverse, *args, **kwargs):
+        walks.append(reverse)
+        return real(plan, reverse, *args, **kwargs)
+
+    plan = LookbackPlan.of(cfg, backward=launch)
+    inputs = random_inputs(problem, seed=3)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lb, "_launch", counting)
+        failure = verify(lambda inp: lb.lookback_scan(inp, plan), inputs, problem, seed=3)
+    assert failure is None, failure
+    assert calls == [(2, 40, 24)]
+    assert walks.count(True) == 1          # the backward walk ran once: by the hook or after it

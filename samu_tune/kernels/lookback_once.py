@@ -65,6 +65,79 @@ def _as_rows(buf, DTYPE: gl.constexpr, CHUNK: gl.constexpr, W: gl.constexpr,
 
 
 @gluon.jit
+def _ticket_chunk(sync_ptr, ticket0, B, L, n_mtiles, n_chunks, CHUNK: gl.constexpr):
+    """The program's work from its ticket, chunk slowest (``ticket0``: the head's base, as in
+    :func:`samu_tune.kernels.lookback.lookback_scan`): (b, mode tile mt, slot, the chunk's
+    first step ``start`` in walk order, its rows n).  Relaxed: the ticket only orders work;
+    payloads are ordered by the status atomics."""
+    ticket = gl.atomic_add(sync_ptr, 1, sem="relaxed") - ticket0
+    per_chunk = B * n_mtiles
+    c = ticket // per_chunk
+    rest = ticket % per_chunk
+    b = rest // n_mtiles
+    mt = rest % n_mtiles
+    slot = (b * n_mtiles + mt) * n_chunks + c
+    start = c * CHUNK
+    n = gl.minimum(L - start, CHUNK)          # rows of this chunk
+    return c, b, mt, slot, start, n
+
+
+@gluon.jit
+def _stage_rows(x_r_c, x_i_c, n, mt, M, CHUNK: gl.constexpr, BLOCK_M: gl.constexpr,
+                GROUPS: gl.constexpr, VEC: gl.constexpr, COPY_COLS: gl.constexpr,
+                REVERSE: gl.constexpr):
+    """The chunk's n rows of a pair of [B, L, M] arrays into two new shared buffers
+    [CHUNK, BLOCK_M] by cp.async (VEC elements, 16 bytes, a thread), in GROUPS commit
+    groups of CHUNK / GROUPS rows; row r is the token at ``x_*_c`` + r (``REVERSE``: - r)
+    steps.  Masked elements (rows past n, lanes past M) arrive as zeros."""
+    NW: gl.constexpr = gl.num_warps()
+    COPY: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // COPY_COLS, COPY_COLS], [NW, 1],
+                                          [1, 0])
+    SMEM: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    GR: gl.constexpr = CHUNK // GROUPS
+    xs_r = gl.allocate_shared_memory(x_r_c.dtype.element_ty, [CHUNK, BLOCK_M], SMEM)
+    xs_i = gl.allocate_shared_memory(x_i_c.dtype.element_ty, [CHUNK, BLOCK_M], SMEM)
+    rows = gl.arange(0, GR, layout=gl.SliceLayout(1, COPY))
+    cols = mt * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, COPY))
+    for g in gl.static_range(GROUPS):
+        r = g * GR + rows
+        if REVERSE:
+            off = -r[:, None] * M + cols[None, :]
+        else:
+            off = r[:, None] * M + cols[None, :]
+        mask = (r < n)[:, None] & (cols < M)[None, :]
+        _copy_to_shared(xs_r.slice(g * GR, GR), x_r_c + off, mask=mask)
+        _copy_to_shared(xs_i.slice(g * GR, GR), x_i_c + off, mask=mask)
+        async_copy.commit_group()
+    return xs_r, xs_i
+
+
+@gluon.jit
+def _stage_table(e_eta, cos_delta, sin_delta, CHUNK: gl.constexpr):
+    """The chunk's control-table rows ([CHUNK] each, tokens along dim 0 of [CHUNK, 1]) into
+    shared memory, each seen as CHUNK rows of [1] (a row read is ``.index(r)``)."""
+    SMEM: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    SMEM_ROWS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    tab_e = gl.allocate_shared_memory(gl.float32, [CHUNK, 1], SMEM, gl.expand_dims(e_eta, 1))
+    tab_c = gl.allocate_shared_memory(gl.float32, [CHUNK, 1], SMEM,
+                                      gl.expand_dims(cos_delta, 1))
+    tab_s = gl.allocate_shared_memory(gl.float32, [CHUNK, 1], SMEM,
+                                      gl.expand_dims(sin_delta, 1))
+    return (_as_rows(tab_e, gl.float32, CHUNK, 1, SMEM_ROWS),
+            _as_rows(tab_c, gl.float32, CHUNK, 1, SMEM_ROWS),
+            _as_rows(tab_s, gl.float32, CHUNK, 1, SMEM_ROWS))
+
+
+@gluon.jit
+def _spectrum(nu_log_ptr, theta_log_ptr, lane, lane_ok):
+    """nu = e^nu_log, theta = e^theta_log, cos theta, sin theta of the program's lanes, fp32
+    whatever the spectrum's dtype."""
+    nu = gl.exp(gl.load(nu_log_ptr + lane, mask=lane_ok, other=0.0).to(gl.float32))
+    theta = gl.exp(gl.load(theta_log_ptr + lane, mask=lane_ok, other=0.0).to(gl.float32))
+    return nu, theta, gl.cos(theta), gl.sin(theta)
+
+
+@gluon.jit
 def _poll(sync_ptr, first_slot, j, r, status0, WIDTH: gl.constexpr):
     """One look-back poll: an acquire atomic on the statuses of the window of predecessors
     j - WIDTH + 1 .. j (``r``: [WIDTH] rows, oldest first; ``first_slot``: chunk 0's slot;
@@ -205,40 +278,18 @@ def lookback_once_forward(
     # a row of int32 words (``PACKED``)
     HALF: gl.constexpr = gl.BlockedLayout([max(BLOCK_M // (64 * NW), 1)], [32], [NW], [0])
     TOK: gl.constexpr = gl.BlockedLayout([1], [32], [NW], [0])
-    COPY: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // COPY_COLS, COPY_COLS], [NW, 1],
-                                          [1, 0])
-    SMEM: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-    # the same buffer seen as CHUNK rows of [BLOCK_M] (a row read is ``.index(r)``)
+    # a staged buffer seen as CHUNK rows of [BLOCK_M] (a row read is ``.index(r)``)
     SMEM_ROWS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     GR: gl.constexpr = CHUNK // GROUPS
 
     M = M // 8 * 8                            # rows of 16-byte aligned copies (host-checked)
-    # relaxed: the ticket only orders work; payloads are ordered by the status atomics
-    ticket = gl.atomic_add(sync_ptr, 1, sem="relaxed") - ticket0
-    per_chunk = B * n_mtiles
-    c = ticket // per_chunk
-    rest = ticket % per_chunk
-    b = rest // n_mtiles
-    mt = rest % n_mtiles
-    slot = (b * n_mtiles + mt) * n_chunks + c
-    start = c * CHUNK
-    n = gl.minimum(L - start, CHUNK)          # rows of this chunk
+    c, b, mt, slot, start, n = _ticket_chunk(sync_ptr, ticket0, B, L, n_mtiles, n_chunks,
+                                             CHUNK)
     tok0 = b.to(gl.int64) * L + start         # the chunk's first token (int64)
 
     # 1. the chunk's rows into shared memory, GROUPS commit groups
-    xs_r = gl.allocate_shared_memory(x_r_ptr.dtype.element_ty, [CHUNK, BLOCK_M], SMEM)
-    xs_i = gl.allocate_shared_memory(x_i_ptr.dtype.element_ty, [CHUNK, BLOCK_M], SMEM)
-    rows = gl.arange(0, GR, layout=gl.SliceLayout(1, COPY))
-    cols = mt * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, COPY))
-    x_r_c = x_r_ptr + tok0 * M
-    x_i_c = x_i_ptr + tok0 * M
-    for g in gl.static_range(GROUPS):
-        r = g * GR + rows
-        off = r[:, None] * M + cols[None, :]
-        mask = (r < n)[:, None] & (cols < M)[None, :]
-        _copy_to_shared(xs_r.slice(g * GR, GR), x_r_c + off, mask=mask)
-        _copy_to_shared(xs_i.slice(g * GR, GR), x_i_c + off, mask=mask)
-        async_copy.commit_group()
+    xs_r, xs_i = _stage_rows(x_r_ptr + tok0 * M, x_i_ptr + tok0 * M, n, mt, M, CHUNK, BLOCK_M,
+                             GROUPS, VEC, COPY_COLS, False)
 
     # bf16 rows read as int32 words (two values each) where a thread holds two or more modes
     PACKED: gl.constexpr = (x_r_ptr.dtype.element_ty == gl.bfloat16) & (BLOCK_M >= 64 * NW)
@@ -270,20 +321,12 @@ def lookback_once_forward(
     gl.store(trow + 2, sd, mask=ok)
     gl.store(trow + 3, gl.zeros_like(cd), mask=ok)
     # the walks' copy (visible to every thread after the summary's first CTA barrier)
-    tab_e = gl.allocate_shared_memory(gl.float32, [CHUNK, 1], SMEM, gl.expand_dims(e_eta, 1))
-    tab_c = gl.allocate_shared_memory(gl.float32, [CHUNK, 1], SMEM, gl.expand_dims(cd, 1))
-    tab_s = gl.allocate_shared_memory(gl.float32, [CHUNK, 1], SMEM, gl.expand_dims(sd, 1))
-    tab = (_as_rows(tab_e, gl.float32, CHUNK, 1, SMEM_ROWS),
-           _as_rows(tab_c, gl.float32, CHUNK, 1, SMEM_ROWS),
-           _as_rows(tab_s, gl.float32, CHUNK, 1, SMEM_ROWS))
+    tab = _stage_table(e_eta, cd, sd, CHUNK)
 
     lane_t = gl.arange(0, BLOCK_M, layout=ROW)
     lane = mt * BLOCK_M + lane_t
     lane_ok = lane < M
-    nu = gl.exp(gl.load(nu_log_ptr + lane, mask=lane_ok, other=0.0))
-    theta = gl.exp(gl.load(theta_log_ptr + lane, mask=lane_ok, other=0.0))
-    cos_theta = gl.cos(theta)
-    sin_theta = gl.sin(theta)
+    nu, theta, cos_theta, sin_theta = _spectrum(nu_log_ptr, theta_log_ptr, lane, lane_ok)
 
     # P = prod A = e^(-nu sum e^eta) e^(i (n theta + sum delta)), 0 where a row resets, while
     # the copies land

@@ -34,7 +34,8 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from samu_tune.kernels.complex_math import cmul_conj, cmul_conj_add, transition_cs
 from samu_tune.kernels.controls import TABLE_COLS
 from samu_tune.kernels.lookback import SLOT_ROWS, _publish
-from samu_tune.kernels.lookback_once import _as_rows, _carry_in, _copy_to_shared, _cta_barrier
+from samu_tune.kernels.lookback_once import (_as_rows, _carry_in, _cta_barrier, _spectrum,
+                                             _stage_rows, _stage_table, _ticket_chunk)
 
 
 @gluon.jit
@@ -124,39 +125,18 @@ def lookback_once_backward(
     PER: gl.constexpr = BLOCK_M // NT
     ROW: gl.constexpr = gl.BlockedLayout([PER], [32], [NW], [0])
     TOK: gl.constexpr = gl.BlockedLayout([1], [32], [NW], [0])
-    COPY: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // COPY_COLS, COPY_COLS], [NW, 1],
-                                          [1, 0])
-    SMEM: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
     SMEM_ROWS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     GR: gl.constexpr = CHUNK // GROUPS
 
     M = M // 8 * 8                            # rows of 16-byte aligned copies (host-checked)
-    ticket = gl.atomic_add(sync_ptr, 1, sem="relaxed") - ticket0
-    per_chunk = B * n_mtiles
-    c = ticket // per_chunk
-    rest = ticket % per_chunk
-    b = rest // n_mtiles
-    mt = rest % n_mtiles
-    slot = (b * n_mtiles + mt) * n_chunks + c
-    start = c * CHUNK
-    n = gl.minimum(L - start, CHUNK)          # rows of this chunk
+    c, b, mt, slot, start, n = _ticket_chunk(sync_ptr, ticket0, B, L, n_mtiles, n_chunks,
+                                             CHUNK)
     t_top = L - 1 - start                     # the time of row 0
     tok_top = b.to(gl.int64) * L + t_top      # its token (int64); row r is tok_top - r
 
     # 1. d out's rows into shared memory (row r: time t_top - r), GROUPS commit groups
-    xs_r = gl.allocate_shared_memory(x_r_ptr.dtype.element_ty, [CHUNK, BLOCK_M], SMEM)
-    xs_i = gl.allocate_shared_memory(x_i_ptr.dtype.element_ty, [CHUNK, BLOCK_M], SMEM)
-    rows = gl.arange(0, GR, layout=gl.SliceLayout(1, COPY))
-    cols = mt * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, COPY))
-    x_r_c = x_r_ptr + tok_top * M
-    x_i_c = x_i_ptr + tok_top * M
-    for g in gl.static_range(GROUPS):
-        r = g * GR + rows
-        off = -r[:, None] * M + cols[None, :]
-        mask = (r < n)[:, None] & (cols < M)[None, :]
-        _copy_to_shared(xs_r.slice(g * GR, GR), x_r_c + off, mask=mask)
-        _copy_to_shared(xs_i.slice(g * GR, GR), x_i_c + off, mask=mask)
-        async_copy.commit_group()
+    xs_r, xs_i = _stage_rows(x_r_ptr + tok_top * M, x_i_ptr + tok_top * M, n, mt, M, CHUNK,
+                             BLOCK_M, GROUPS, VEC, COPY_COLS, True)
     rows_r = _as_rows(xs_r, xs_r.dtype, CHUNK, BLOCK_M, SMEM_ROWS)
     rows_i = _as_rows(xs_i, xs_i.dtype, CHUNK, BLOCK_M, SMEM_ROWS)
 
@@ -165,22 +145,12 @@ def lookback_once_backward(
     k = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, TAB))
     ok = k < n
     trow = ctl_ptr + (tok_top - k) * TABLE_COLS
-    tab_e = gl.allocate_shared_memory(
-        gl.float32, [CHUNK, 1], SMEM, gl.expand_dims(gl.load(trow, mask=ok, other=0.0), 1))
-    tab_c = gl.allocate_shared_memory(
-        gl.float32, [CHUNK, 1], SMEM, gl.expand_dims(gl.load(trow + 1, mask=ok, other=0.0), 1))
-    tab_s = gl.allocate_shared_memory(
-        gl.float32, [CHUNK, 1], SMEM, gl.expand_dims(gl.load(trow + 2, mask=ok, other=0.0), 1))
-    tab = (_as_rows(tab_e, gl.float32, CHUNK, 1, SMEM_ROWS),
-           _as_rows(tab_c, gl.float32, CHUNK, 1, SMEM_ROWS),
-           _as_rows(tab_s, gl.float32, CHUNK, 1, SMEM_ROWS))
+    tab = _stage_table(gl.load(trow, mask=ok, other=0.0), gl.load(trow + 1, mask=ok, other=0.0),
+                       gl.load(trow + 2, mask=ok, other=0.0), CHUNK)
     lane_t = gl.arange(0, BLOCK_M, layout=ROW)
     lane = mt * BLOCK_M + lane_t
     lane_ok = lane < M
-    nu = gl.exp(gl.load(nu_log_ptr + lane, mask=lane_ok, other=0.0).to(gl.float32))
-    theta = gl.exp(gl.load(theta_log_ptr + lane, mask=lane_ok, other=0.0).to(gl.float32))
-    cos_theta = gl.cos(theta)
-    sin_theta = gl.sin(theta)
+    nu, theta, cos_theta, sin_theta = _spectrum(nu_log_ptr, theta_log_ptr, lane, lane_ok)
 
     # A[t_top + 1]: the next chunk's first token; the identity at t_top = L - 1
     lane_zero = lane_t * 0

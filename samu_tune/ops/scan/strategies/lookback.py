@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import sys
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -102,7 +102,10 @@ class LookbackPlan:
     mode it is 1 except in tests, which raise it to drive the aggregate path (see
     :mod:`samu_tune.kernels.lookback`).  ``width``: the look-back's predecessors per poll
     (the config's ``lookback_width`` in decoupled mode; chained mode walks one at a time, its
-    fixed combination order)."""
+    fixed combination order).  ``backward``: a launch that replaces the backward's Triton
+    walk, ``backward(plan, B, L, M, nu_log=, theta_log=, ctl=, x=d out, h0=, y=the outputs,
+    end=d final state, gx=, gh0=, g_ctl=, g_spec=, sync=, kept=)`` (pairs as :func:`_launch`
+    takes them); it returns False where it cannot run, and the walk runs instead."""
 
     chunk: int
     block_m: int
@@ -115,11 +118,12 @@ class LookbackPlan:
     width: int = 1
     stages: int = 1
     once: bool = False
+    backward: Optional[Callable[..., bool]] = None
 
     @classmethod
-    def of(cls, cfg: LookbackConfig, window: Optional[int] = None,
-           once: bool = False) -> "LookbackPlan":
-        return _plan_of(cls, cfg, window, once)
+    def of(cls, cfg: LookbackConfig, window: Optional[int] = None, once: bool = False,
+           backward: Optional[Callable[..., bool]] = None) -> "LookbackPlan":
+        return _plan_of(cls, cfg, window, once, backward)
 
     @property
     def atomic(self) -> bool:
@@ -139,13 +143,14 @@ class LookbackPlan:
 
 
 @functools.lru_cache(maxsize=1024)
-def _plan_of(cls, cfg: LookbackConfig, window: Optional[int], once: bool) -> LookbackPlan:
+def _plan_of(cls, cfg: LookbackConfig, window: Optional[int], once: bool,
+             backward: Optional[Callable[..., bool]]) -> LookbackPlan:
     """:meth:`LookbackPlan.of`, memoized per (frozen) config: a call's plan costs a lookup.
     ``once``: the forward reads its inputs once (:mod:`.lookback_once`)."""
     decoupled = cfg.lookback == "decoupled"
     return cls(cfg.chunk, cfg.block_m, cfg.num_warps, decoupled,
                cfg.window if window is None else window, cfg.sub, cfg.inner == "loop",
-               cfg.rows, cfg.lookback_width if decoupled else 1, cfg.stages, once)
+               cfg.rows, cfg.lookback_width if decoupled else 1, cfg.stages, once, backward)
 
 
 def m_align(plan: LookbackPlan, M: int) -> int:
@@ -399,10 +404,15 @@ class _LookbackScan(torch.autograd.Function):
                                           dev)
         work = _backward_work(ctx, plan, B, L, M, dev)
         g_ctl, g_spec, _ = _grad_buffers(plan, work, B, L, M, dev)
-        _launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log, theta_log=theta_log,
-                seg=seg, x=d_out, h0=(h0_r, h0_i), y=(out_r, out_i), end=d_last, gx=grad_b,
-                gh0=gh0, p_ctl=g_ctl, p_spec=g_spec, ctl=ctl, sync=work.bwd_sync,
-                kept=not _grads.in_operator(ctx))
+        kept = not _grads.in_operator(ctx)
+        if plan.backward is None or not plan.backward(
+                plan, B, L, M, nu_log=nu_log, theta_log=theta_log, ctl=ctl, x=d_out,
+                h0=(h0_r, h0_i), y=(out_r, out_i), end=d_last, gx=grad_b, gh0=gh0,
+                g_ctl=g_ctl, g_spec=g_spec, sync=work.bwd_sync, kept=kept):
+            _launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log,
+                    theta_log=theta_log, seg=seg, x=d_out, h0=(h0_r, h0_i), y=(out_r, out_i),
+                    end=d_last, gx=grad_b, gh0=gh0, p_ctl=g_ctl, p_spec=g_spec, ctl=ctl,
+                    sync=work.bwd_sync, kept=kept)
         return _grads.input_grads(_reduced(plan, g_ctl, g_spec),
                                   (eta, delta, nu_log, theta_log), grad_b, gh0,
                                   (h0r_dtype, h0i_dtype))

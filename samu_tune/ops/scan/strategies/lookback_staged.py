@@ -19,7 +19,7 @@ import sys
 
 import torch
 
-from samu_tune import autograd as _grads, scratch as _scratch
+from samu_tune import scratch as _scratch
 from samu_tune.launch_options import LAUNCH_OPTIONS
 from samu_tune.launcher import fast
 from samu_tune.ops.scan.problem import ScanProblem
@@ -81,9 +81,12 @@ def can_run_backward(M: int, *rows: torch.Tensor) -> bool:
 
 def _launch_backward(plan: lookback.LookbackPlan, B: int, L: int, M: int, *, nu_log,
                      theta_log, ctl, x, h0, y, end, gx, gh0, g_ctl, g_spec, sync,
-                     kept: bool) -> None:
-    """The Gluon backward on a look-back launch's head and summaries (as
-    :func:`samu_tune.ops.scan.strategies.lookback._launch` sets them up)."""
+                     kept: bool) -> bool:
+    """The Gluon backward on a look-back launch's head and summaries (the plan's ``backward``:
+    :class:`samu_tune.ops.scan.strategies.lookback._LookbackScan` sets them up); False
+    where it cannot run (:func:`can_run_backward`), and the Triton walk runs instead."""
+    if not can_run_backward(M, *x, *y, *gx):
+        return False
     slots, carry_words, nmt, nch, _ = lookback._launch_spec(
         plan, True, B, L, M, False, h0[0] is not None, False, False, end[0] is not None, False)
     dev = x[0].device
@@ -95,42 +98,16 @@ def _launch_backward(plan: lookback.LookbackPlan, B: int, L: int, M: int, *, nu_
             sync, carry, ctl, nu_log, theta_log, x[0], x[1], h0[0], h0[1], y[0], y[1], end[0],
             end[1], gx[0], gx[1], gh0[0], gh0[1], g_ctl[0], g_ctl[1], g_spec[0], g_spec[1], B,
             L, M, nmt, nch, ticket0, status0), kwargs)
+    return True
 
 
-class _StagedScan(lookback._LookbackScan):
-    """The look-back autograd with the staged backward (the forward is the parent's, whose
-    plan runs the read-once forward)."""
-
-    @staticmethod
-    def backward(ctx, d_out_r, d_out_i, d_last_r, d_last_i):
-        seg, eta, delta, nu_log, theta_log, h0_r, h0_i, out_r, out_i, ctl = ctx.saved_tensors
-        plan: lookback.LookbackPlan = ctx.plan
-        B, L, M = ctx.shape
-        dev = out_r.device
-        br_dtype, bi_dtype, h0r_dtype, h0i_dtype = ctx.dtypes
-        d_out, d_last = lookback._incoming(d_out_r, d_out_i, d_last_r, d_last_i, out_r)
-        grad_b, gh0 = _grads.grad_outputs((B, L, M), (br_dtype, bi_dtype), h0_r is not None,
-                                          dev)
-        work = lookback._backward_work(ctx, plan, B, L, M, dev)
-        g_ctl, g_spec, _ = lookback._grad_buffers(plan, work, B, L, M, dev)
-        kept = not _grads.in_operator(ctx)
-        if can_run_backward(M, *d_out, out_r, out_i, *grad_b):
-            _launch_backward(plan, B, L, M, nu_log=nu_log, theta_log=theta_log, ctl=ctl,
-                             x=d_out, h0=(h0_r, h0_i), y=(out_r, out_i), end=d_last,
-                             gx=grad_b, gh0=gh0, g_ctl=g_ctl, g_spec=g_spec,
-                             sync=work.bwd_sync, kept=kept)
-        else:
-            lookback._launch(plan, True, B, L, M, eta=eta, delta=delta, nu_log=nu_log,
-                             theta_log=theta_log, seg=seg, x=d_out, h0=(h0_r, h0_i),
-                             y=(out_r, out_i), end=d_last, gx=grad_b, gh0=gh0, p_ctl=g_ctl,
-                             p_spec=g_spec, ctl=ctl, sync=work.bwd_sync, kept=kept)
-        return _grads.input_grads(lookback._reduced(plan, g_ctl, g_spec),
-                                  (eta, delta, nu_log, theta_log), grad_b, gh0,
-                                  (h0r_dtype, h0i_dtype))
+def plan_of(cfg: LookbackConfig) -> lookback.LookbackPlan:
+    """``lookback_once``'s plan with the staged backward."""
+    return lookback.LookbackPlan.of(cfg, once=True, backward=_launch_backward)
 
 
 def run(inputs, cfg: LookbackConfig):
-    return _grads.apply_scan(_StagedScan, inputs, lookback.LookbackPlan.of(cfg, once=True))
+    return lookback.lookback_scan(inputs, plan_of(cfg))
 
 
 if backward_kernels is not None and lookback_once.once_kernels is not None:
@@ -150,5 +127,5 @@ if backward_kernels is not None and lookback_once.once_kernels is not None:
         modules=(sys.modules[__name__], lookback_config, sys.modules[lookback.__name__],
                  sys.modules[lookback_once.__name__], lookback_once.once_kernels,
                  backward_kernels, *lookback.KERNEL_MODULES),
-        autograd=lambda cfg: (_StagedScan, lookback.LookbackPlan.of(cfg, once=True)),
+        autograd=lambda cfg: (lookback._LookbackScan, plan_of(cfg)),
     ))
