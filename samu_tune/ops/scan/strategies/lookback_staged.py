@@ -5,8 +5,8 @@ The forward is ``lookback_once``'s (br, bi staged: :mod:`samu_tune.kernels.lookb
 the backward stages d out the same way (:mod:`samu_tune.kernels.lookback_once_backward`)
 where ``lookback_once`` runs the Triton loop walk, which reads d out twice (from DRAM at
 large shapes: at (8, 8192, 1024) on an H100 it read 808 MB for 537 needed, its DRAM at 84%
-of peak).  Training on an H100 against ``lookback_once``'s shipped picks: 0.89-0.96 of the
-time at six grid shapes (docs/performance.md).  Configs: ``lookback_once``'s with the Triton
+of peak).  Training on an H100 against ``lookback_once``'s picks: 0.85-0.89 of the time at
+six grid shapes, 80% of copy bandwidth at (8, 8192, 1024) (docs/performance.md).  Configs: ``lookback_once``'s with the Triton
 walk's fields at their defaults (rows 1, stages 1, look-back width 1; the Gluon kernels poll
 a fixed number of predecessors).  CUDA only, sm_80+, decoupled look-back (float atomics),
 M a multiple of 8; a backward whose rows are not 16-byte aligned, or of mixed element sizes,
@@ -42,9 +42,9 @@ def valid(problem: ScanProblem, cfg: LookbackConfig) -> bool:
 def default(problem: ScanProblem) -> LookbackConfig:
     """Forward: ``lookback_once``'s (64-step chunks of 128 modes).  Training: 32-step chunks
     of 256 modes where B M >= 8192 and M >= 256, else 64-step chunks of 128 modes: on an H100
-    the former ran (8, 8192, 1024) in 0.599 ms against 0.630 and (16, 1024, 1024) in 0.177
-    against 0.186, the latter (4, 16384, 256) in 0.197 against 0.203 and (1, 16384, 256) in
-    0.078 against 0.088 (docs/performance.md)."""
+    the former ran (8, 8192, 1024) in 0.557 ms against 0.580 for the latter, and the grid's
+    fastest training configs at (1, 16384, 256) and (2, 65536, 128) are the latter
+    (docs/performance.md)."""
     base = dict(inner="loop", lookback="decoupled")
     if problem.backward and problem.M >= 256 and problem.B * problem.M >= 8192:
         block_m, num_warps = lookback_once.fitted_tile(problem.M, 256, 2)
