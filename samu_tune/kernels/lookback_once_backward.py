@@ -92,8 +92,8 @@ def _replay_row(ctl, loads, r, t_top, gr, gi, nr, ni, acc_nu, acc_delta, nu, cos
                 HAS_H0: gl.constexpr, NW: gl.constexpr, PER: gl.constexpr):
     """Row r (time t = t_top - r) of the replay: g[t] = conj(A[t+1]) g + dout[t] ((nr, ni):
     A[t+1]), grad b[t] = g[t] stored, the row's gradients of A: per lane into (acc_nu,
-    acc_delta), per token added into ``g_eta_c``, ``g_delta_c`` (row 0's token) - r.  Returns (gr, gi, A[t],
-    acc_nu, acc_delta)."""
+    acc_delta), per token added into ``g_eta_c``, ``g_delta_c`` (row 0's token) - r.
+    Returns (gr, gi, A[t], acc_nu, acc_delta)."""
     e, cd, sd = ctl
     xr, xi, hr, hi = loads
     ar, ai, log_radius = transition_cs(nu, cos_theta, sin_theta, e, cd, sd)

@@ -6,11 +6,11 @@ the backward stages d out the same way (:mod:`samu_tune.kernels.lookback_once_ba
 where ``lookback_once`` runs the Triton loop walk, which reads d out twice (from DRAM at
 large shapes: at (8, 8192, 1024) on an H100 it read 808 MB for 537 needed, its DRAM at 84%
 of peak).  Training on an H100 against ``lookback_once``'s picks: 0.85-0.89 of the time at
-six grid shapes, 80% of copy bandwidth at (8, 8192, 1024) (docs/performance.md).  Configs: ``lookback_once``'s with the Triton
-walk's fields at their defaults (rows 1, stages 1, look-back width 1; the Gluon kernels poll
-a fixed number of predecessors).  CUDA only, sm_80+, decoupled look-back (float atomics),
-M a multiple of 8; a backward whose rows are not 16-byte aligned, or of mixed element sizes,
-runs the Triton walk instead.
+six grid shapes, 80% of copy bandwidth at (8, 8192, 1024) (docs/performance.md).  Configs:
+``lookback_once``'s with the Triton walk's fields at their defaults (rows 1, stages 1,
+look-back width 1; the Gluon kernels poll a fixed number of predecessors).  CUDA only,
+sm_80+, decoupled look-back (float atomics), M a multiple of 8; a backward whose rows are
+not 16-byte aligned, or of mixed element sizes, runs the Triton walk instead.
 """
 from __future__ import annotations
 
