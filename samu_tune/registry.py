@@ -138,11 +138,19 @@ class Strategy:
             return config
         if isinstance(config, BaseModel):
             config = config.model_dump()
-        unknown = set(config) - set(self.config_model.model_fields)
-        if unknown:  # e.g. a cached config of an older version of the strategy
-            raise ValueError(f"unknown config fields {sorted(unknown)} for strategy "
-                             f"{self.name!r}; fields: {list(self.config_model.model_fields)}")
+        self.check_fields(config)
         return self.config_model(**config)
+
+    def check_fields(self, config: dict) -> None:
+        """ValueError naming ``config``'s keys that are not fields of the config model (e.g. a
+        cached config of an older version of the strategy).  Plain dict and set work on the
+        model's field table, so torch.compile traces it whole (the scan checks a strategy
+        argument under it: :mod:`samu_tune.ops.scan.api`)."""
+        fields = self.config_model.__pydantic_fields__
+        unknown = set(config) - set(fields)
+        if unknown:
+            raise ValueError(f"unknown config fields {sorted(unknown)} for strategy "
+                             f"{self.name!r}; fields: {list(fields)}")
 
     def reasons(self, problem: Problem, device: Optional[DeviceInfo] = None) -> list[str]:
         out = self.capability.reasons(problem, device)

@@ -174,7 +174,7 @@ def test_compiled_scan_bad_input_names_the_argument():
 
 @pytest.mark.parametrize("strategy,match", [
     ("lookbak", "unknown strategy 'lookbak'"),
-    (("lookback", {"chunkk": 32}), "unknown config field 'chunkk'"),
+    (("lookback", {"chunkk": 32}), "unknown config fields ['chunkk']"),
 ])
 @pytest.mark.parametrize("fullgraph", [True, False])
 @pytest.mark.parametrize("where", ["cpu", "float64"])

@@ -147,11 +147,7 @@ def _check_strategy_traced(strategy: StrategyArg) -> None:
     name, config = dispatch.split_strategy(strategy)
     strat = registry.get(name)
     if isinstance(config, dict):
-        fields = strat.config_model.__pydantic_fields__
-        for key in config:
-            if key not in fields:
-                raise ValueError(f"unknown config field {key!r} for strategy {name!r}; "
-                                 f"fields: {list(fields)}")
+        strat.check_fields(config)
 
 
 # a strategy without an autograd Function (one registered from outside) runs eagerly behind a
