@@ -18,8 +18,9 @@
 #   9. decode tokens/s (SAMU.step vs the seed)                   T_DECODE   -> layer/
 #  10. cold tune with and without the compile pool (COLD_ARGS)   T_COLD     -> cold_tune/
 #  11. Nsight Compute counters of the look-back kernel (NCU_CONFIGS: config specs;
-#      NCU_STRATEGY: lookback, lookback_once or lookback_staged; NCU_ARGS, e.g. --dtype float32), forward and
-#      forward+backward; T_NCU bounds each profile, two per config  T_NCU  -> ncu/
+#      NCU_STRATEGY: lookback, lookback_once or lookback_staged; NCU_ARGS, e.g. --dtype
+#      float32), forward and forward+backward; T_NCU bounds each profile, two per config
+#                                                                T_NCU      -> ncu/
 #  12. the main job (`samu-tune profile --shapes examples/shapes.yaml -v`, default flags) in a
 #      fresh process from empty Triton and samu_tune caches, then again with the Triton cache
 #      it left and an empty samu_tune cache (warm; T_MAIN_WARM, default 120)
@@ -177,7 +178,8 @@ if on "${T_NCU:-0}"; then
       if [ "$strategy" = lookback_once ]; then
         if [ "$mode" = fwd ]; then kernel=lookback_once_forward; else skip=1; fi
       elif [ "$strategy" = lookback_staged ]; then
-        if [ "$mode" = fwd ]; then kernel=lookback_once_forward; else kernel=lookback_once_backward; skip=1; fi
+        kernel=lookback_once_forward
+        [ "$mode" = bwd ] && { kernel=lookback_once_backward; skip=1; }
       fi
       echo "== ncu $mode $cfg ($strategy) at $(date +%T)"
       timeout "$T_NCU" ncu --clock-control none -k "regex:$kernel" --launch-skip "$skip" \

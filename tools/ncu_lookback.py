@@ -33,7 +33,8 @@ def main() -> None:
     ap.add_argument("--shape", type=parse_shape, default="8x8192x1024")
     ap.add_argument("--train", action="store_true")
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--strategy", default="lookback", choices=("lookback", "lookback_once", "lookback_staged"),
+    ap.add_argument("--strategy", default="lookback",
+                    choices=("lookback", "lookback_once", "lookback_staged"),
                     help="lookback_once: its forward is the Gluon kernel lookback_once_forward; "
                          "lookback_staged: so is its forward, and its backward is "
                          "lookback_once_backward")
