@@ -214,6 +214,33 @@ def _carry_in(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, status0,
 
 
 @gluon.jit
+def _publish_and_look_back(sync_ptr, carry_ptr, slot, c, lane_t, pr, pi, qr, qi, init_r,
+                           init_i, status0, BLOCK_M: gl.constexpr, WIDTH: gl.constexpr,
+                           WL: gl.constexpr):
+    """The chunk's aggregate (P, Q) published in its slot (status 1; chunk 0 has no
+    predecessor to wait for it), then the state entering the chunk (:func:`_carry_in`,
+    ``init`` at chunk 0).  Returns (the state pair, the slot's payload base)."""
+    base = carry_ptr + slot.to(gl.int64) * (SLOT_ROWS * BLOCK_M) + lane_t
+    if c > 0:
+        gl.store(base, pr)
+        gl.store(base + BLOCK_M, pi)
+        gl.store(base + 2 * BLOCK_M, qr)
+        gl.store(base + 3 * BLOCK_M, qi)
+        _publish(sync_ptr + 1 + slot, status0 + 1)
+    hr, hi = _carry_in(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, status0, BLOCK_M,
+                       WIDTH, WL)
+    return hr, hi, base
+
+
+@gluon.jit
+def _publish_prefix(sync_ptr, base, slot, end_r, end_i, status0, BLOCK_M: gl.constexpr):
+    """The chunk's inclusive prefix (the state leaving it) published in its slot (status 2)."""
+    gl.store(base + 4 * BLOCK_M, end_r)
+    gl.store(base + 5 * BLOCK_M, end_i)
+    _publish(sync_ptr + 1 + slot, status0 + 2)
+
+
+@gluon.jit
 def _unpack(w, ROW: gl.constexpr):
     """bf16 pairs packed in int32 words, [BLOCK_M / 2] -> fp32 [BLOCK_M] in ``ROW``: the low
     half by a shift, the high half by a mask (the pair's join and reshape move no data)."""
@@ -359,14 +386,6 @@ def lookback_once_forward(
         qr, qi = cmul_add(ar, ai, qr, qi, ur, ui)
 
     # 4. publish the aggregate, look back, publish the inclusive prefix
-    flag_ptr = sync_ptr + 1 + slot
-    base = carry_ptr + slot.to(gl.int64) * (SLOT_ROWS * BLOCK_M) + lane_t
-    if c > 0:
-        gl.store(base, pr)
-        gl.store(base + BLOCK_M, pi)
-        gl.store(base + 2 * BLOCK_M, qr)
-        gl.store(base + 3 * BLOCK_M, qi)
-        _publish(flag_ptr, status0 + 1)
     state_off = b.to(gl.int64) * M + lane
     if HAS_H0:
         first_lanes = lane_ok & (c == 0)
@@ -375,12 +394,10 @@ def lookback_once_forward(
     else:
         init_r = gl.zeros_like(nu)
         init_i = gl.zeros_like(nu)
-    hr, hi = _carry_in(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, status0, BLOCK_M,
-                       WIDTH, TOK)
+    hr, hi, base = _publish_and_look_back(sync_ptr, carry_ptr, slot, c, lane_t, pr, pi, qr, qi,
+                                          init_r, init_i, status0, BLOCK_M, WIDTH, TOK)
     end_r, end_i = cmul_add(pr, pi, hr, hi, qr, qi)
-    gl.store(base + 4 * BLOCK_M, end_r)
-    gl.store(base + 5 * BLOCK_M, end_i)
-    _publish(flag_ptr, status0 + 2)
+    _publish_prefix(sync_ptr, base, slot, end_r, end_i, status0, BLOCK_M)
 
     # 5. replay from shared memory: every state, in the output dtype
     y_r_c = y_r_ptr + tok0 * M

@@ -14,8 +14,8 @@ t = L - 1 - c CHUNK - r):
    the forward) into three [CHUNK, 1] buffers.
 2. Summary: the chunk's map z -> P z + Q of the steps g <- conj(A[t+1]) g + dout[t] from the
    staged rows; A[t+1] of row 0 is the next chunk's first token (identity at t = L - 1).
-3. Publish, look back (the forward's ``_carry_in``: the same head, slots and statuses),
-   publish the inclusive prefix: the adjoint entering the chunk.
+3. Publish, look back, publish the inclusive prefix (the forward's helpers: the same head,
+   slots and statuses): the adjoint entering the chunk.
 4. Replay: g row by row from shared memory, h[t-1] read from the saved outputs, grad b
    stored in the output dtype.  Rows walk UNROLL at a time and each block's h[t-1] loads go
    out one block ahead, so their latency hides behind a block's work (at (8, 8192, 1024) on
@@ -36,9 +36,9 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from samu_tune.kernels.complex_math import cmul_conj, cmul_conj_add, transition_cs
 from samu_tune.kernels.controls import TABLE_COLS
-from samu_tune.kernels.lookback import SLOT_ROWS, _publish
-from samu_tune.kernels.lookback_once import (_as_rows, _carry_in, _cta_barrier, _spectrum,
-                                             _stage_rows, _stage_table, _ticket_chunk)
+from samu_tune.kernels.lookback_once import (_as_rows, _cta_barrier, _publish_and_look_back,
+                                             _publish_prefix, _spectrum, _stage_rows,
+                                             _stage_table, _ticket_chunk)
 
 
 @gluon.jit
@@ -213,14 +213,6 @@ def lookback_once_backward(
         nr, ni, _ = transition_cs(nu, cos_theta, sin_theta, e, cd, sd)
 
     # 3. publish the aggregate, look back, publish the inclusive prefix
-    flag_ptr = sync_ptr + 1 + slot
-    base = carry_ptr + slot.to(gl.int64) * (SLOT_ROWS * BLOCK_M) + lane_t
-    if c > 0:
-        gl.store(base, pr)
-        gl.store(base + BLOCK_M, pi)
-        gl.store(base + 2 * BLOCK_M, qr)
-        gl.store(base + 3 * BLOCK_M, qi)
-        _publish(flag_ptr, status0 + 1)
     state_off = b.to(gl.int64) * M + lane
     if HAS_END:
         first_lanes = lane_ok & (c == 0)
@@ -229,13 +221,10 @@ def lookback_once_backward(
     else:
         init_r = gl.zeros_like(nu)
         init_i = gl.zeros_like(nu)
-    gr, gi = _carry_in(sync_ptr, carry_ptr, slot, c, lane_t, init_r, init_i, status0, BLOCK_M,
-                       WIDTH, TOK)
-    end_r = (pr * gr - pi * gi) + qr
-    end_i = (pr * gi + pi * gr) + qi
-    gl.store(base + 4 * BLOCK_M, end_r)
-    gl.store(base + 5 * BLOCK_M, end_i)
-    _publish(flag_ptr, status0 + 2)
+    gr, gi, base = _publish_and_look_back(sync_ptr, carry_ptr, slot, c, lane_t, pr, pi, qr, qi,
+                                          init_r, init_i, status0, BLOCK_M, WIDTH, TOK)
+    _publish_prefix(sync_ptr, base, slot, (pr * gr - pi * gi) + qr, (pr * gi + pi * gr) + qi,
+                    status0, BLOCK_M)
 
     # 4. replay: g, grad b, the gradients of A
     if HAS_H0:
@@ -255,7 +244,6 @@ def lookback_once_backward(
     y_i_c = y_i_ptr + (tok_top - 1) * M
     g_eta_c = g_eta_ptr + tok_top
     g_delta_c = g_delta_ptr + tok_top
-    blocks = n // UNROLL
     hs = _h_block(y_r_c, y_i_c, 0, t_top, n, M, lane, lane_ok, lane_zero, UNROLL)
     for rb in range(0, blocks):
         r0 = rb * UNROLL
