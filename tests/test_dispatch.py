@@ -79,6 +79,25 @@ def test_rule_choice_is_the_highest_priority_eligible(fakes):
     assert choice.strategy.name == "fake_b"
 
 
+def test_read_once_rule_names_the_staged_scan_first():
+    """From B L M = 2^24 the rule names the first eligible read-once strategy, staged
+    backward first; below it, none (priority order decides)."""
+    from types import SimpleNamespace
+    from samu_tune import rules
+
+    def named(*names):
+        return [SimpleNamespace(name=n) for n in names]
+
+    large = ScanProblem(B=4, L=16384, M=256, dtype="bfloat16", device="cuda", backward=True)
+    small = large.model_copy(update={"L": 16383})
+    both = named("lookback", "lookback_once", "lookback_staged")
+    assert rules._read_once(large, both)[0] == "lookback_staged"
+    assert rules._read_once(large.model_copy(update={"backward": False}), both)[0] \
+        == "lookback_staged"
+    assert rules._read_once(large, named("lookback", "lookback_once"))[0] == "lookback_once"
+    assert rules._read_once(small, both) is None
+
+
 def test_exact_hit_and_cache_change_drop_the_memo(fakes):
     _scan()
     assert _ran(fakes) == ["fake_a"]

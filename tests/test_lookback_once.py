@@ -184,17 +184,19 @@ def test_gpu_unaligned_rows_fall_back():
 
 
 def test_rule_takes_it_for_large_cuda_scans():
-    """With a CUDA device (and no interpreter), the rule picks ``lookback_once`` from B L M =
-    2^24, forward and training, and ``lookback`` below; under the interpreter it is
-    never eligible, so the rule's answer falls through to ``lookback``."""
+    """With a CUDA device (and no interpreter), the rule picks the read-once scan from B L M =
+    2^24, forward and training (``lookback_staged``: ``lookback_once``'s forward, the staged
+    backward), and ``lookback`` below; under the interpreter neither is eligible, so the
+    rule's answer falls through to ``lookback``."""
     from samu_tune import rule_choice
     from samu_tune.device import DeviceInfo
     from samu_tune.settings import environment, reload_settings
     h100 = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", capability=(9, 0),
                       sm_count=132)
-    cases = {((8, 8192, 1024), False): "lookback_once", ((8, 8192, 1024), True): "lookback_once",
-             ((4, 16384, 256), False): "lookback_once", ((4, 16384, 256), True): "lookback_once",
-             ((2, 65536, 128), True): "lookback_once", ((4, 4096, 512), True): "lookback",
+    once = "lookback_staged"
+    cases = {((8, 8192, 1024), False): once, ((8, 8192, 1024), True): once,
+             ((4, 16384, 256), False): once, ((4, 16384, 256), True): once,
+             ((2, 65536, 128), True): once, ((4, 4096, 512), True): "lookback",
              ((4, 4096, 512), False): "lookback", ((3, 5000, 304), False): "lookback"}
     try:
         for interpret, want_once in (("0", True), ("1", False)):

@@ -36,9 +36,9 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from samu_tune.kernels.complex_math import cmul_conj, cmul_conj_add, transition_cs
 from samu_tune.kernels.controls import TABLE_COLS
-from samu_tune.kernels.lookback_once import (_as_rows, _cta_barrier, _publish_and_look_back,
-                                             _publish_prefix, _spectrum, _stage_rows,
-                                             _stage_table, _ticket_chunk)
+from samu_tune.kernels.lookback_once_parts import (as_rows, cta_barrier, publish_and_look_back,
+                                                   publish_prefix, spectrum, stage_rows,
+                                                   stage_table, ticket_chunk)
 
 
 @gluon.jit
@@ -146,28 +146,28 @@ def lookback_once_backward(
     GR: gl.constexpr = CHUNK // GROUPS
 
     M = M // 8 * 8                            # rows of 16-byte aligned copies (host-checked)
-    c, b, mt, slot, start, n = _ticket_chunk(sync_ptr, ticket0, B, L, n_mtiles, n_chunks,
+    c, b, mt, slot, start, n = ticket_chunk(sync_ptr, ticket0, B, L, n_mtiles, n_chunks,
                                              CHUNK)
     t_top = L - 1 - start                     # the time of row 0
     tok_top = b.to(gl.int64) * L + t_top      # its token (int64); row r is tok_top - r
 
     # 1. d out's rows into shared memory (row r: time t_top - r), GROUPS commit groups
-    xs_r, xs_i = _stage_rows(x_r_ptr + tok_top * M, x_i_ptr + tok_top * M, n, mt, M, CHUNK,
+    xs_r, xs_i = stage_rows(x_r_ptr + tok_top * M, x_i_ptr + tok_top * M, n, mt, M, CHUNK,
                              BLOCK_M, GROUPS, VEC, COPY_COLS, True)
-    rows_r = _as_rows(xs_r, xs_r.dtype, CHUNK, BLOCK_M, SMEM_ROWS)
-    rows_i = _as_rows(xs_i, xs_i.dtype, CHUNK, BLOCK_M, SMEM_ROWS)
+    rows_r = as_rows(xs_r, xs_r.dtype, CHUNK, BLOCK_M, SMEM_ROWS)
+    rows_i = as_rows(xs_i, xs_i.dtype, CHUNK, BLOCK_M, SMEM_ROWS)
 
     # the chunk's control table rows (the forward's table) into shared memory
     TAB: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [NW, 1], [1, 0])
     k = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, TAB))
     ok = k < n
     trow = ctl_ptr + (tok_top - k) * TABLE_COLS
-    tab = _stage_table(gl.load(trow, mask=ok, other=0.0), gl.load(trow + 1, mask=ok, other=0.0),
+    tab = stage_table(gl.load(trow, mask=ok, other=0.0), gl.load(trow + 1, mask=ok, other=0.0),
                        gl.load(trow + 2, mask=ok, other=0.0), CHUNK)
     lane_t = gl.arange(0, BLOCK_M, layout=ROW)
     lane = mt * BLOCK_M + lane_t
     lane_ok = lane < M
-    nu, theta, cos_theta, sin_theta = _spectrum(nu_log_ptr, theta_log_ptr, lane, lane_ok)
+    nu, theta, cos_theta, sin_theta = spectrum(nu_log_ptr, theta_log_ptr, lane, lane_ok)
 
     # A[t_top + 1]: the next chunk's first token; the identity at t_top = L - 1
     lane_zero = lane_t * 0
@@ -190,7 +190,7 @@ def lookback_once_backward(
     blocks = n // UNROLL
     for g in gl.static_range(GROUPS):
         async_copy.wait_group(GROUPS - 1 - g)
-        _cta_barrier()                   # other threads' copies (and the table rows)
+        cta_barrier()                   # other threads' copies (and the table rows)
         first = g * (GR // UNROLL)
         for rb in range(first, gl.minimum(blocks, first + GR // UNROLL)):
             r0 = rb * UNROLL
@@ -221,9 +221,9 @@ def lookback_once_backward(
     else:
         init_r = gl.zeros_like(nu)
         init_i = gl.zeros_like(nu)
-    gr, gi, base = _publish_and_look_back(sync_ptr, carry_ptr, slot, c, lane_t, pr, pi, qr, qi,
+    gr, gi, base = publish_and_look_back(sync_ptr, carry_ptr, slot, c, lane_t, pr, pi, qr, qi,
                                           init_r, init_i, status0, BLOCK_M, WIDTH, TOK)
-    _publish_prefix(sync_ptr, base, slot, (pr * gr - pi * gi) + qr, (pr * gi + pi * gr) + qi,
+    publish_prefix(sync_ptr, base, slot, (pr * gr - pi * gi) + qr, (pr * gi + pi * gr) + qi,
                     status0, BLOCK_M)
 
     # 4. replay: g, grad b, the gradients of A

@@ -27,8 +27,9 @@ from samu_tune.registry import Strategy, register
 
 try:
     from samu_tune.kernels import lookback_once as once_kernels
+    from samu_tune.kernels import lookback_once_parts as once_parts
 except ImportError:              # a Triton without Gluon: the strategy is not registered
-    once_kernels = None
+    once_kernels = once_parts = None
 
 # the chunk staged per program: at most this many bytes of shared memory (both arrays), so
 # that at least one program fits an SM of sm_80+ (164-227 KB)
@@ -178,6 +179,6 @@ if once_kernels is not None:
         workspace_bytes=lookback.workspace_bytes,
         priority=10,
         modules=(sys.modules[__name__], lookback_config, sys.modules[lookback.__name__],
-                 once_kernels, *lookback.KERNEL_MODULES),
+                 once_kernels, once_parts, *lookback.KERNEL_MODULES),
         autograd=lambda cfg: (lookback._LookbackScan, lookback.LookbackPlan.of(cfg, once=True)),
     ))
