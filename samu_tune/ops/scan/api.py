@@ -89,14 +89,21 @@ def _scan(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
     return run(decision.strategy, decision.config, inputs)
 
 
-def _check_strategy(strategy: StrategyArg) -> None:
+def _check_strategy(strategy: StrategyArg, *, traced: bool = False) -> None:
     """A strategy argument checked without a problem (an empty input has none): a registered
-    name, or (name, config) whose config parses; the errors :func:`scan` raises otherwise."""
+    name, or (name, config) whose config parses; the errors :func:`scan` raises otherwise.
+    ``traced``: in code dynamo traces whole, a config dict's keys among the strategy's config
+    fields instead of a parse (the values are checked where the strategy runs: the operators
+    parse the config; the reference paths run no strategy, so without this a misspelled
+    strategy would pass unnoticed there)."""
     if strategy == "auto":
         return
     name, config = dispatch.split_strategy(strategy)
     strat = registry.get(name)
-    if config is not None:
+    if traced:
+        if isinstance(config, dict):
+            strat.check_fields(config)
+    elif config is not None:
         strat.parse_config(config)
 
 
@@ -124,7 +131,7 @@ def _scan_traced(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_p
     from samu_tune.ops.scan import library
     inputs = validate(eta, delta, nu_log, theta_log, br, bi, initial_state=initial_state,
                       segment_pos=segment_pos, output_final_state=output_final_state)
-    _check_strategy_traced(strategy)
+    _check_strategy(strategy, traced=True)
     if (strategy == "reference" or inputs.br.dtype == torch.float64
             or inputs.eta.dtype == torch.float64 or inputs.nu_log.dtype == torch.float64
             or (not inputs.br.is_cuda and not settings().interpret)):
@@ -135,19 +142,6 @@ def _scan_traced(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_p
         return _scan_eager(eta, delta, nu_log, theta_log, br, bi, initial_state, segment_pos,
                            output_final_state, strategy)
     return library.scan(inputs, strategy)
-
-
-def _check_strategy_traced(strategy: StrategyArg) -> None:
-    """:func:`_check_strategy` in code dynamo traces whole: a registered name, and a config
-    dict's keys among the strategy's config fields (the values are checked where the
-    strategy runs: the operators parse the config; the reference paths run no strategy, so
-    without this a misspelled strategy would pass unnoticed there)."""
-    if strategy == "auto":
-        return
-    name, config = dispatch.split_strategy(strategy)
-    strat = registry.get(name)
-    if isinstance(config, dict):
-        strat.check_fields(config)
 
 
 # a strategy without an autograd Function (one registered from outside) runs eagerly behind a
