@@ -81,8 +81,10 @@ def test_served_replay_prices_todays_choice_by_the_recorded_times(monkeypatch, t
     for mode in ("forward", "train"):
         long = rows[((4, 16384, 256), mode)]
         assert long["choice"] == "lookback_staged rule" and long["ratio"] < 1.01
-        assert rows[((2, 32768, 128), mode)]["choice"] == (
-            f"lookback_staged default B1-L16384-M256-bf16-{mode}")
+        # the same forward kernel under either name: which one a table lists is timing noise
+        name, _, rest = rows[((2, 32768, 128), mode)]["choice"].partition(" ")
+        assert name in ("lookback_once", "lookback_staged")
+        assert rest == f"default B1-L16384-M256-bf16-{mode}"
     over = {key for key, r in rows.items() if r["ratio"] >= 1.10}
     assert over == {((24, 700, 384), "train")}
     assert max(r["ratio"] for r in rows.values()) < 1.11

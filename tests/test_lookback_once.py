@@ -7,7 +7,7 @@ import torch
 from samu_tune import registry
 from samu_tune.device import device_info
 from samu_tune.ops.scan.problem import ScanProblem
-from samu_tune.ops.scan.strategies import lookback_once as once
+from samu_tune.ops.scan.strategies import lookback, lookback_once as once
 from samu_tune.ops.scan.strategies.lookback_config import LookbackConfig
 from samu_tune.ops.scan.verify import random_inputs, verify
 from samu_tune.tolerances import TOLERANCES, relative_error
@@ -165,6 +165,62 @@ def test_gpu_large_training_matches_lookback(shape, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("programs", [1, 3, 7])
+def test_gpu_persistent_programs_walk_many_chunks(programs, monkeypatch):
+    """Fewer programs than chunks (the device's count replaced by 1, 3 or 7): each program
+    walks chunk after chunk, refilling its staged rows as it replays, and the results are
+    the float64 reference's (resets, h0, final state; ragged L and M), launch after launch
+    on the same head (a ticket not given back would shift the next launch's chunks)."""
+    monkeypatch.setattr(once.occupancy, "resident_programs", lambda kernel, device: programs)
+    monkeypatch.setattr(once, "_RESIDENT", {})
+    for (B, L, M), dtype in [((2, 1000, 136), "float32"), ((3, 700, 256), "bfloat16")]:
+        problem = _problem(B, L, M, dtype, backward=False, resets=True, initial_state=True,
+                           final_state=True)
+        cfg = STRATEGY.default(problem)
+        inputs = random_inputs(problem, seed=L, device="cuda", reset_rate=0.01)
+        STRATEGY.run(inputs, cfg)              # the first launch: a program per chunk
+        assert [v[1] for v in once._RESIDENT.values()] == [programs]
+        for _ in range(3):
+            failure = verify(lambda inp: STRATEGY.run(inp, cfg), inputs, problem, seed=L)
+            assert failure is None, ((B, L, M), programs, failure)
+        monkeypatch.setattr(once, "_RESIDENT", {})
+
+
+def test_launch_caps_the_grid_at_the_programs_the_device_runs(monkeypatch):
+    """The first launch of a specialisation runs a program per chunk and reads the device's
+    count from the compiled kernel; later launches run min(chunks, that count); an unknown
+    count keeps a program per chunk.  The kernel is a recording stub here."""
+    grids, compiled = [], object()
+
+    class Stub:
+        @staticmethod
+        def launch(grid, args, kwargs):
+            grids.append(grid)
+            return compiled
+
+    counts = {}
+    monkeypatch.setattr(once, "_once_kernel", Stub)
+    monkeypatch.setattr(once, "_RESIDENT", {})
+    monkeypatch.setattr(once.occupancy, "resident_programs",
+                        lambda kernel, device: counts.get("n") if kernel is compiled else -1)
+    plan = lookback.LookbackPlan.of(LookbackConfig(chunk=64, block_m=128, num_warps=2,
+                                                   inner="loop"), once=True)
+    x = (torch.zeros(4, dtype=torch.bfloat16), torch.zeros(4, dtype=torch.bfloat16))
+    args = (None, None, None, None, None, None, None, None, x, (None, None), x, (None, None),
+            2, 8192, 1024, 8, 128, 0, 0)
+    counts["n"] = 792
+    for _ in range(3):
+        once.launch(plan, 2048, *args)
+    once.launch(plan, 500, *args)
+    assert grids == [(2048,), (792,), (792,), (500,)]
+    grids.clear()
+    counts["n"] = None
+    once.launch(plan, 2048, *args[:9], (x[0], x[1]), *args[10:])     # h0: another key
+    once.launch(plan, 2048, *args[:9], (x[0], x[1]), *args[10:])
+    assert grids == [(2048,), (2048,)]
+
+
+@pytest.mark.gpu
 def test_gpu_unaligned_rows_fall_back():
     """br at an odd element offset: the forward runs the Triton walk instead, the same
     results up to rounding: the Gluon forward's summary forms P in closed form, and ptxas may
@@ -253,3 +309,20 @@ def test_once_plan_forward_launches_on_the_launch_head(monkeypatch):
         assert relative_error(out.real, want.real) <= 1e-5
     finally:
         scratch.clear()       # the stub ran nothing on the kept head
+
+
+def test_resident_programs_from_the_driver_or_shared_memory(monkeypatch):
+    """The device's count of a compiled kernel: the driver's blocks per SM times the SMs;
+    where the driver cannot say, shared memory per SM over the kernel's (plus the block's
+    reserve); None for an object that is not a compiled kernel."""
+    from types import SimpleNamespace
+    from samu_tune import occupancy
+    props = SimpleNamespace(multi_processor_count=132, major=9, minor=0)
+    monkeypatch.setattr(occupancy.torch.cuda, "get_device_properties", lambda device: props)
+    kernel = SimpleNamespace(function=1234, metadata=SimpleNamespace(num_warps=2, shared=33024))
+    monkeypatch.setattr(occupancy, "blocks_per_sm", lambda function, threads, shared: 5)
+    assert occupancy.resident_programs(kernel, "cuda") == 660
+    monkeypatch.setattr(occupancy, "blocks_per_sm", lambda function, threads, shared: None)
+    assert occupancy.resident_programs(kernel, "cuda") == 6 * 132     # 228 KB // 33 KB
+    assert occupancy.resident_programs(object(), "cuda") is None
+    assert occupancy.resident_programs(None, "cuda") is None

@@ -32,12 +32,9 @@ def as_rows(buf, DTYPE: gl.constexpr, CHUNK: gl.constexpr, W: gl.constexpr,
 
 
 @gluon.jit
-def ticket_chunk(sync_ptr, ticket0, B, L, n_mtiles, n_chunks, CHUNK: gl.constexpr):
-    """The program's work from its ticket, chunk slowest (``ticket0``: the head's base, as in
-    :func:`samu_tune.kernels.lookback.lookback_scan`): (b, mode tile mt, slot, the chunk's
-    first step ``start`` in walk order, its rows n).  Relaxed: the ticket only orders work;
-    payloads are ordered by the status atomics."""
-    ticket = gl.atomic_add(sync_ptr, 1, sem="relaxed") - ticket0
+def decode_ticket(ticket, B, L, n_mtiles, n_chunks, CHUNK: gl.constexpr):
+    """A ticket's work, chunk slowest: (chunk c, b, mode tile mt, slot, the chunk's first
+    step ``start`` in walk order, its rows n; n = 0 for a ticket past the last)."""
     per_chunk = B * n_mtiles
     c = ticket // per_chunk
     rest = ticket % per_chunk
@@ -45,8 +42,42 @@ def ticket_chunk(sync_ptr, ticket0, B, L, n_mtiles, n_chunks, CHUNK: gl.constexp
     mt = rest % n_mtiles
     slot = (b * n_mtiles + mt) * n_chunks + c
     start = c * CHUNK
-    n = gl.minimum(L - start, CHUNK)          # rows of this chunk
+    n = gl.where(ticket < per_chunk * n_chunks, gl.minimum(L - start, CHUNK), 0)
     return c, b, mt, slot, start, n
+
+
+@gluon.jit
+def ticket_chunk(sync_ptr, ticket0, B, L, n_mtiles, n_chunks, CHUNK: gl.constexpr):
+    """The program's work from its ticket (``ticket0``: the head's base, as in
+    :func:`samu_tune.kernels.lookback.lookback_scan`): :func:`decode_ticket`.  Relaxed: the
+    ticket only orders work; payloads are ordered by the status atomics."""
+    ticket = gl.atomic_add(sync_ptr, 1, sem="relaxed") - ticket0
+    return decode_ticket(ticket, B, L, n_mtiles, n_chunks, CHUNK)
+
+
+@gluon.jit
+def stage_group(xs_r, xs_i, x_r_c, x_i_c, n, mt, M, g: gl.constexpr, CHUNK: gl.constexpr,
+                BLOCK_M: gl.constexpr, GROUPS: gl.constexpr, VEC: gl.constexpr,
+                COPY_COLS: gl.constexpr, REVERSE: gl.constexpr):
+    """Commit group ``g`` of a chunk's staging: rows g CHUNK / GROUPS .. (g + 1) CHUNK / GROUPS
+    - 1 of a pair of [B, L, M] arrays into the shared buffers ``xs_*`` [CHUNK, BLOCK_M] by
+    cp.async (VEC elements, 16 bytes, a thread); row r is the token at ``x_*_c`` + r
+    (``REVERSE``: - r) steps.  Masked elements (rows past n, lanes past M) arrive as zeros."""
+    NW: gl.constexpr = gl.num_warps()
+    COPY: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // COPY_COLS, COPY_COLS], [NW, 1],
+                                          [1, 0])
+    GR: gl.constexpr = CHUNK // GROUPS
+    rows = gl.arange(0, GR, layout=gl.SliceLayout(1, COPY))
+    cols = mt * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, COPY))
+    r = g * GR + rows
+    if REVERSE:
+        off = -r[:, None] * M + cols[None, :]
+    else:
+        off = r[:, None] * M + cols[None, :]
+    mask = (r < n)[:, None] & (cols < M)[None, :]
+    copy_to_shared(xs_r.slice(g * GR, GR), x_r_c + off, mask=mask)
+    copy_to_shared(xs_i.slice(g * GR, GR), x_i_c + off, mask=mask)
+    async_copy.commit_group()
 
 
 @gluon.jit
@@ -54,28 +85,13 @@ def stage_rows(x_r_c, x_i_c, n, mt, M, CHUNK: gl.constexpr, BLOCK_M: gl.constexp
                 GROUPS: gl.constexpr, VEC: gl.constexpr, COPY_COLS: gl.constexpr,
                 REVERSE: gl.constexpr):
     """The chunk's n rows of a pair of [B, L, M] arrays into two new shared buffers
-    [CHUNK, BLOCK_M] by cp.async (VEC elements, 16 bytes, a thread), in GROUPS commit
-    groups of CHUNK / GROUPS rows; row r is the token at ``x_*_c`` + r (``REVERSE``: - r)
-    steps.  Masked elements (rows past n, lanes past M) arrive as zeros."""
-    NW: gl.constexpr = gl.num_warps()
-    COPY: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // COPY_COLS, COPY_COLS], [NW, 1],
-                                          [1, 0])
+    [CHUNK, BLOCK_M], in GROUPS commit groups (:func:`stage_group`)."""
     SMEM: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-    GR: gl.constexpr = CHUNK // GROUPS
     xs_r = gl.allocate_shared_memory(x_r_c.dtype.element_ty, [CHUNK, BLOCK_M], SMEM)
     xs_i = gl.allocate_shared_memory(x_i_c.dtype.element_ty, [CHUNK, BLOCK_M], SMEM)
-    rows = gl.arange(0, GR, layout=gl.SliceLayout(1, COPY))
-    cols = mt * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, COPY))
     for g in gl.static_range(GROUPS):
-        r = g * GR + rows
-        if REVERSE:
-            off = -r[:, None] * M + cols[None, :]
-        else:
-            off = r[:, None] * M + cols[None, :]
-        mask = (r < n)[:, None] & (cols < M)[None, :]
-        copy_to_shared(xs_r.slice(g * GR, GR), x_r_c + off, mask=mask)
-        copy_to_shared(xs_i.slice(g * GR, GR), x_i_c + off, mask=mask)
-        async_copy.commit_group()
+        stage_group(xs_r, xs_i, x_r_c, x_i_c, n, mt, M, g, CHUNK, BLOCK_M, GROUPS, VEC,
+                    COPY_COLS, REVERSE)
     return xs_r, xs_i
 
 

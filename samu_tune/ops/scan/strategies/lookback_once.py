@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import functools
 import sys
+from typing import Optional
 
 import torch
 
+from samu_tune import occupancy
 from samu_tune.launch_options import LAUNCH_OPTIONS
 from samu_tune.launcher import fast
 from samu_tune.ops.scan.capability import Capability
@@ -146,15 +148,29 @@ def can_run(M: int, *rows: torch.Tensor) -> bool:
     return M % _MODES_MULTIPLE == 0 and all(t.data_ptr() % 16 == 0 for t in rows)
 
 
+# (id of a specialisation's keywords, device index) -> (the keywords, the programs the device
+# runs at once, or None where unknown): the persistent forward's grid
+_RESIDENT: dict[tuple[int, int], tuple[dict, Optional[int]]] = {}
+
+
 def launch(plan: lookback.LookbackPlan, slots: int, sync, carry, eta, delta, nu_log, theta_log,
            seg, ctl, x, h0, y, end, B: int, L: int, M: int, nmt: int, nch: int, ticket0: int,
            status0: int) -> None:
     """The read-once forward on the head and summaries of a look-back launch
-    (:func:`samu_tune.ops.scan.strategies.lookback._launch`, where :func:`can_run`)."""
+    (:func:`samu_tune.ops.scan.strategies.lookback._launch`, where :func:`can_run`): the
+    kernel's programs are persistent, as many as the device runs at once
+    (:func:`samu_tune.occupancy.resident_programs`, read from the compiled kernel after the
+    first launch of a specialisation, which launches one program per chunk)."""
     kwargs = _keywords(plan, seg is not None, h0[0] is not None, x[0].element_size())
-    _once_kernel.launch((slots,), (
+    key = (id(kwargs), x[0].get_device())
+    kept = _RESIDENT.get(key)
+    known = kept is not None and kept[0] is kwargs
+    grid = min(slots, kept[1]) if known and kept[1] is not None else slots
+    kernel = _once_kernel.launch((grid,), (
         sync, carry, eta, delta, nu_log, theta_log, seg, ctl, x[0], x[1], h0[0], h0[1], y[0],
         y[1], end[0], end[1], B, L, M, nmt, nch, ticket0, status0), kwargs)
+    if not known:
+        _RESIDENT[key] = (kwargs, occupancy.resident_programs(kernel, x[0].device))
 
 
 def run(inputs, cfg: LookbackConfig):
@@ -179,6 +195,6 @@ if once_kernels is not None:
         workspace_bytes=lookback.workspace_bytes,
         priority=10,
         modules=(sys.modules[__name__], lookback_config, sys.modules[lookback.__name__],
-                 once_kernels, once_parts, *lookback.KERNEL_MODULES),
+                 occupancy, once_kernels, once_parts, *lookback.KERNEL_MODULES),
         autograd=lambda cfg: (lookback._LookbackScan, lookback.LookbackPlan.of(cfg, once=True)),
     ))

@@ -1,0 +1,66 @@
+"""How many programs of a compiled kernel the device runs at once: the grid of a persistent
+kernel, whose programs take their work from a ticket counter until it runs out.
+
+The count is the CUDA occupancy calculator's blocks per SM for the kernel's registers, shared
+memory and warps (``cuOccupancyMaxActiveBlocksPerMultiprocessor`` of the driver, read through
+ctypes: torch has no binding), times the SMs.  Fewer programs than that leave SMs idle; more
+wait for a slot that frees only when the tickets have run out, and then start only to find
+none.  Where the driver cannot answer (no libcuda, a kernel object without a loaded function),
+the count is an estimate from shared memory alone, and None where even that is unknown: the
+caller then launches a program per work item, which is correct too.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+from typing import Optional
+
+import torch
+
+# shared memory an SM offers blocks (sm_80: 164 KB; sm_90: 228 KB) when torch does not say,
+# and what the driver reserves per block (1 KB from sm_80 on)
+_SMEM_PER_SM = {(8, 0): 164 * 1024, (9, 0): 228 * 1024}
+_SMEM_RESERVED = 1024
+
+
+@functools.lru_cache(maxsize=1)
+def _libcuda():
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        fn = lib.cuOccupancyMaxActiveBlocksPerMultiprocessor
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def blocks_per_sm(function: int, threads: int, shared: int) -> Optional[int]:
+    """The driver's resident blocks per SM of a loaded ``CUfunction`` (an int handle) launched
+    with ``threads`` per block and ``shared`` bytes of dynamic shared memory, or None."""
+    fn = _libcuda()
+    if fn is None or not function:
+        return None
+    n = ctypes.c_int(0)
+    if fn(ctypes.byref(n), ctypes.c_void_p(function), threads, shared) != 0:
+        return None
+    return n.value if n.value > 0 else None
+
+
+def resident_programs(kernel, device: torch.device) -> Optional[int]:
+    """Programs of ``kernel`` (Triton's compiled kernel: ``function``, ``metadata.num_warps``,
+    ``metadata.shared``) that ``device`` runs at once, or None where unknown."""
+    meta = getattr(kernel, "metadata", None)
+    warps = getattr(meta, "num_warps", None)
+    shared = getattr(meta, "shared", None)
+    if warps is None or shared is None:
+        return None
+    props = torch.cuda.get_device_properties(device)
+    per_sm = blocks_per_sm(getattr(kernel, "function", None), 32 * warps, shared)
+    if per_sm is None:
+        smem = getattr(props, "shared_memory_per_multiprocessor", None) or _SMEM_PER_SM.get(
+            (props.major, props.minor))
+        if smem is None:
+            return None
+        per_sm = max(1, smem // (shared + _SMEM_RESERVED))
+    return per_sm * props.multi_processor_count
