@@ -64,3 +64,29 @@ def resident_programs(kernel, device: torch.device) -> Optional[int]:
             return None
         per_sm = max(1, smem // (shared + _SMEM_RESERVED))
     return per_sm * props.multi_processor_count
+
+
+class PersistentGrid:
+    """The grid of a persistent kernel, per specialisation and device: a program per work
+    item on a specialisation's first launch, whose compiled kernel then says how many
+    programs the device runs at once (:func:`resident_programs`), and at most that many
+    after.  A specialisation is the identity of its keyword dict (memoized by the caller and
+    never changed; kept here, so the identity stays its own)."""
+
+    __slots__ = ("_kept",)
+
+    def __init__(self) -> None:
+        # (id of the keywords, device index) -> (the keywords, programs at once or None)
+        self._kept: dict[tuple[int, int], tuple[dict, Optional[int]]] = {}
+
+    def launch(self, kernel, items: int, args: tuple, kwargs: dict, tensor: torch.Tensor):
+        """``kernel.launch((programs,), args, kwargs)`` (a :class:`samu_tune.launcher.
+        FastKernel`) for ``items`` work items on ``tensor``'s device."""
+        key = (id(kwargs), tensor.get_device())
+        kept = self._kept.get(key)
+        known = kept is not None and kept[0] is kwargs
+        grid = min(items, kept[1]) if known and kept[1] is not None else items
+        compiled = kernel.launch((grid,), args, kwargs)
+        if not known:
+            self._kept[key] = (kwargs, resident_programs(compiled, tensor.device))
+        return compiled

@@ -172,18 +172,18 @@ def test_gpu_persistent_programs_walk_many_chunks(programs, monkeypatch):
     the float64 reference's (resets, h0, final state; ragged L and M), launch after launch
     on the same head (a ticket not given back would shift the next launch's chunks)."""
     monkeypatch.setattr(once.occupancy, "resident_programs", lambda kernel, device: programs)
-    monkeypatch.setattr(once, "_RESIDENT", {})
+    monkeypatch.setattr(once, "_GRID", once.occupancy.PersistentGrid())
     for (B, L, M), dtype in [((2, 1000, 136), "float32"), ((3, 700, 256), "bfloat16")]:
         problem = _problem(B, L, M, dtype, backward=False, resets=True, initial_state=True,
                            final_state=True)
         cfg = STRATEGY.default(problem)
         inputs = random_inputs(problem, seed=L, device="cuda", reset_rate=0.01)
         STRATEGY.run(inputs, cfg)              # the first launch: a program per chunk
-        assert [v[1] for v in once._RESIDENT.values()] == [programs]
+        assert [v[1] for v in once._GRID._kept.values()] == [programs]
         for _ in range(3):
             failure = verify(lambda inp: STRATEGY.run(inp, cfg), inputs, problem, seed=L)
             assert failure is None, ((B, L, M), programs, failure)
-        monkeypatch.setattr(once, "_RESIDENT", {})
+        monkeypatch.setattr(once, "_GRID", once.occupancy.PersistentGrid())
 
 
 def test_launch_caps_the_grid_at_the_programs_the_device_runs(monkeypatch):
@@ -200,7 +200,7 @@ def test_launch_caps_the_grid_at_the_programs_the_device_runs(monkeypatch):
 
     counts = {}
     monkeypatch.setattr(once, "_once_kernel", Stub)
-    monkeypatch.setattr(once, "_RESIDENT", {})
+    monkeypatch.setattr(once, "_GRID", once.occupancy.PersistentGrid())
     monkeypatch.setattr(once.occupancy, "resident_programs",
                         lambda kernel, device: counts.get("n") if kernel is compiled else -1)
     plan = lookback.LookbackPlan.of(LookbackConfig(chunk=64, block_m=128, num_warps=2,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Optional
 
 import torch
 
@@ -148,9 +147,8 @@ def can_run(M: int, *rows: torch.Tensor) -> bool:
     return M % _MODES_MULTIPLE == 0 and all(t.data_ptr() % 16 == 0 for t in rows)
 
 
-# (id of a specialisation's keywords, device index) -> (the keywords, the programs the device
-# runs at once, or None where unknown): the persistent forward's grid
-_RESIDENT: dict[tuple[int, int], tuple[dict, Optional[int]]] = {}
+# the persistent forward's grid per specialisation and device
+_GRID = occupancy.PersistentGrid()
 
 
 def launch(plan: lookback.LookbackPlan, slots: int, sync, carry, eta, delta, nu_log, theta_log,
@@ -159,18 +157,11 @@ def launch(plan: lookback.LookbackPlan, slots: int, sync, carry, eta, delta, nu_
     """The read-once forward on the head and summaries of a look-back launch
     (:func:`samu_tune.ops.scan.strategies.lookback._launch`, where :func:`can_run`): the
     kernel's programs are persistent, as many as the device runs at once
-    (:func:`samu_tune.occupancy.resident_programs`, read from the compiled kernel after the
-    first launch of a specialisation, which launches one program per chunk)."""
+    (:class:`samu_tune.occupancy.PersistentGrid`)."""
     kwargs = _keywords(plan, seg is not None, h0[0] is not None, x[0].element_size())
-    key = (id(kwargs), x[0].get_device())
-    kept = _RESIDENT.get(key)
-    known = kept is not None and kept[0] is kwargs
-    grid = min(slots, kept[1]) if known and kept[1] is not None else slots
-    kernel = _once_kernel.launch((grid,), (
+    _GRID.launch(_once_kernel, slots, (
         sync, carry, eta, delta, nu_log, theta_log, seg, ctl, x[0], x[1], h0[0], h0[1], y[0],
-        y[1], end[0], end[1], B, L, M, nmt, nch, ticket0, status0), kwargs)
-    if not known:
-        _RESIDENT[key] = (kwargs, occupancy.resident_programs(kernel, x[0].device))
+        y[1], end[0], end[1], B, L, M, nmt, nch, ticket0, status0), kwargs, x[0])
 
 
 def run(inputs, cfg: LookbackConfig):
