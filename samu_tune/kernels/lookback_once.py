@@ -5,7 +5,7 @@ twice, the summary and then the replay, and reads the chunk's inputs from memory
 at large B x M the chunks in flight outgrow L2 and the second read comes from DRAM (at
 (8, 8192, 1024) on the H200, 813 MB moved for 537 needed: docs/performance.md).  Plain
 Triton cannot keep a chunk between the two walks (registers cannot be indexed by row, and a
-[CHUNK, BLOCK_M] register tile spills); Gluon's explicit shared memory can:
+[CHUNK, BLOCK_M] register tile spills); Gluon's explicit shared memory can.
 
 Programs are persistent: the host launches as many as fit on the device at once, and each
 one walks chunk after chunk, taking a ticket for each (chunk slowest, as in the Triton
@@ -39,9 +39,11 @@ kernel) until the tickets run out.  Per chunk:
 
 A program waits only on lower tickets (its look-back), and the lowest unfinished ticket is
 always one a running program walks (a program holds at most its chunk's ticket and the next,
-higher one), so any number of programs completes, however many run at once.  Each takes one
-ticket past the last and gives it back (an atomic decrement), so the head's ticket count
-advances by the number of chunks, as for a program per chunk.
+higher one), so any number of programs completes, however many run at once.  With fewer
+programs than chunks each takes one ticket past the last and gives it back (an atomic
+decrement), so the head's ticket count advances by the number of chunks, as for a program
+per chunk; with as many, each walks its one chunk and takes no second ticket.
+
 Rows walk UNROLL at a time (their loads issued together), the chunk's last n % UNROLL rows
 one at a time.  bf16 rows are read as int32 words and unpacked by a shift (low half) and a
 mask (high half) where a thread holds two or more modes: the compiler's conversion spends two
