@@ -63,7 +63,7 @@ from samu_tune.kernels.complex_math import cmul_add, transition_cs
 from samu_tune.kernels.controls import TABLE_COLS
 from samu_tune.kernels.lookback_once_parts import (as_rows, cta_barrier, decode_ticket,
                                                    publish_and_look_back, publish_prefix,
-                                                   stage_group)
+                                                   spectrum_of, stage_group)
 
 
 @gluon.jit
@@ -264,10 +264,7 @@ def lookback_once_forward(
 
         lane = mt * BLOCK_M + lane_t
         lane_ok = lane < M
-        nu = gl.exp(nu_log)
-        theta = gl.exp(theta_log)
-        cos_theta = gl.cos(theta)
-        sin_theta = gl.sin(theta)
+        nu, theta, cos_theta, sin_theta = spectrum_of(nu_log, theta_log)
 
         # P = prod A = e^(-nu sum e^eta) e^(i (n theta + sum delta)), 0 where a row resets,
         # while the copies land

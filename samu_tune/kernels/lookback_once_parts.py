@@ -112,12 +112,18 @@ def stage_table(e_eta, cos_delta, sin_delta, CHUNK: gl.constexpr):
 
 
 @gluon.jit
-def spectrum(nu_log_ptr, theta_log_ptr, lane, lane_ok):
-    """nu = e^nu_log, theta = e^theta_log, cos theta, sin theta of the program's lanes, fp32
-    whatever the spectrum's dtype."""
-    nu = gl.exp(gl.load(nu_log_ptr + lane, mask=lane_ok, other=0.0).to(gl.float32))
-    theta = gl.exp(gl.load(theta_log_ptr + lane, mask=lane_ok, other=0.0).to(gl.float32))
+def spectrum_of(nu_log, theta_log):
+    """nu = e^nu_log, theta = e^theta_log, cos theta, sin theta of fp32 [BLOCK_M] logs."""
+    nu = gl.exp(nu_log)
+    theta = gl.exp(theta_log)
     return nu, theta, gl.cos(theta), gl.sin(theta)
+
+
+@gluon.jit
+def spectrum(nu_log_ptr, theta_log_ptr, lane, lane_ok):
+    """:func:`spectrum_of` the program's lanes, fp32 whatever the spectrum's dtype."""
+    return spectrum_of(gl.load(nu_log_ptr + lane, mask=lane_ok, other=0.0).to(gl.float32),
+                       gl.load(theta_log_ptr + lane, mask=lane_ok, other=0.0).to(gl.float32))
 
 
 @gluon.jit
