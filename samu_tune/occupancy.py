@@ -49,7 +49,11 @@ def blocks_per_sm(function: int, threads: int, shared: int) -> Optional[int]:
 
 def resident_programs(kernel, device: torch.device) -> Optional[int]:
     """Programs of ``kernel`` (Triton's compiled kernel: ``function``, ``metadata.num_warps``,
-    ``metadata.shared``) that ``device`` runs at once, or None where unknown."""
+    ``metadata.shared``) that ``device`` runs at once, or None where unknown: also where
+    ``device`` is not a GPU (a compile worker of :mod:`samu_tune.compile_pool` launches on CPU
+    tensors, every launch compile-only, and goes on to the next kernel of the candidate)."""
+    if torch.device(device).type != "cuda":
+        return None
     meta = getattr(kernel, "metadata", None)
     warps = getattr(meta, "num_warps", None)
     shared = getattr(meta, "shared", None)

@@ -94,6 +94,36 @@ def test_compile_mode_builds_the_gpu_binaries_without_a_gpu(tmp_path, monkeypatc
     assert all('"arch": "sm90' in m or '"arch": 90' in m for m in metadata), metadata[0][:300]
 
 
+def test_compile_mode_builds_the_read_once_kernels_forward_and_backward(tmp_path, monkeypatch):
+    # the Gluon forward's persistent grid asks the device how many programs fit after the
+    # first launch; in a compile worker (CPU tensors, no GPU) it must not ask, so that the
+    # candidate's run goes on to the backward and the worker compiles that binary too
+    from samu_tune.device import DeviceInfo
+    from samu_tune.results import config_json
+    import torch
+    if "lookback_staged" not in [s.name for s in registry.all_strategies()]:
+        pytest.skip("this Triton has no Gluon: the read-once strategies are not registered")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    problem = ScanProblem(B=8, L=8192, M=1024, dtype="bfloat16", device="cuda", backward=True)
+    h100 = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", capability=(9, 0),
+                      sm_count=132)
+    cfg = config_json(registry.get("lookback_staged").default_config(problem))
+    pool = compile_pool.CompilePool(problem, torch.device("cpu"), 0, 1, mode="compile",
+                                    target=("cuda", 90, 32), info=h100)
+    try:
+        pool.submit("lookback_staged", cfg)
+        assert pool.verdict("lookback_staged", cfg) is None     # waits: the worker runs it
+        status, failure, _, _ = pool._jobs[("lookback_staged", repr(sorted(cfg.items())))
+                                           ].result()
+        assert (status, failure) == ("compiled", None)
+        assert pool.compiled == 1
+    finally:
+        pool.close()
+        compile_pool._stop_shared()
+    names = {p.stem for p in tmp_path.rglob("*.cubin")}
+    assert {"lookback_once_forward", "lookback_once_backward"} <= names, names
+
+
 @pytest.mark.slow
 def test_bench_cold_tune_runs_its_child(tmp_path):
     # the benchmark's child process imports and tunes (CPU smoke: one candidate, no pool)

@@ -314,7 +314,8 @@ def test_once_plan_forward_launches_on_the_launch_head(monkeypatch):
 def test_resident_programs_from_the_driver_or_shared_memory(monkeypatch):
     """The device's count of a compiled kernel: the driver's blocks per SM times the SMs;
     where the driver cannot say, shared memory per SM over the kernel's (plus the block's
-    reserve); None for an object that is not a compiled kernel."""
+    reserve); None for an object that is not a compiled kernel or a device that is not a
+    GPU."""
     from types import SimpleNamespace
     from samu_tune import occupancy
     props = SimpleNamespace(multi_processor_count=132, major=9, minor=0)
@@ -326,3 +327,5 @@ def test_resident_programs_from_the_driver_or_shared_memory(monkeypatch):
     assert occupancy.resident_programs(kernel, "cuda") == 6 * 132     # 228 KB // 33 KB
     assert occupancy.resident_programs(object(), "cuda") is None
     assert occupancy.resident_programs(None, "cuda") is None
+    # not a GPU (a compile worker's CPU tensors): not asked, whatever the driver would say
+    assert occupancy.resident_programs(kernel, torch.device("cpu")) is None

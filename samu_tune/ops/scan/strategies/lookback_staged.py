@@ -125,7 +125,8 @@ if backward_kernels is not None and lookback_once.once_kernels is not None:
         workspace_bytes=lookback.workspace_bytes,
         priority=9,
         modules=(sys.modules[__name__], lookback_config, sys.modules[lookback.__name__],
-                 sys.modules[lookback_once.__name__], lookback_once.once_kernels,
-                 lookback_once.once_parts, backward_kernels, *lookback.KERNEL_MODULES),
+                 sys.modules[lookback_once.__name__], lookback_once.occupancy,
+                 lookback_once.once_kernels, lookback_once.once_parts, backward_kernels,
+                 *lookback.KERNEL_MODULES),
         autograd=lambda cfg: (lookback._LookbackScan, plan_of(cfg)),
     ))
