@@ -1,4 +1,4 @@
-"""Checks shared by the strategy-family test files (serial, chunk, lookback)."""
+"""Checks shared by the strategy-family test files (serial, chunk, lookback, the read-once ones)."""
 from __future__ import annotations
 
 import torch
@@ -63,6 +63,25 @@ def assert_training_close(got, want, dtype="bfloat16"):
     tol = TOLERANCES[dtype]
     for i, (a, b) in enumerate(zip(got, want)):
         assert relative_error(a, b) <= (tol.forward if i < 4 else tol.gradient), i
+
+
+def assert_large_training_matches_lookback(strat, shape, launches):
+    """Training of ``strat`` at its default config on a bf16 CUDA problem of ``shape`` (B, L,
+    M) with resets, h0 and final state: outputs and every gradient against the ``lookback``
+    strategy's, in relative norm.  ``launches`` is the caller's record of the kernel under
+    test: empty after the ``lookback`` run, one entry after ``strat``'s."""
+    B, L, M = shape
+    problem = ScanProblem(B=B, L=L, M=M, dtype="bfloat16", device="cuda", backward=True,
+                          initial_state=True, final_state=True, resets=True)
+    inputs = random_inputs(problem, seed=B, device="cuda", reset_rate=0.001)
+    up = bf16_upstream(B, L, M)
+    lookback = registry.get("lookback")
+    want = outputs_and_grads(lookback, lookback.default(problem), inputs, up)
+    assert not launches
+    got = outputs_and_grads(strat, strat.default(problem), inputs, up)
+    assert len(launches) == 1
+    assert_training_close(got, want)
+
 
 def assert_final_state_grads_match_reference(run, inputs):
     """Gradients through the final state only, against the float64 reference."""

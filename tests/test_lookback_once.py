@@ -12,7 +12,7 @@ from samu_tune.ops.scan.strategies.lookback_config import LookbackConfig
 from samu_tune.ops.scan.verify import random_inputs, verify
 from samu_tune.tolerances import TOLERANCES, relative_error
 
-from _helpers import assert_training_close, bf16_upstream, outputs_and_grads
+from _helpers import assert_large_training_matches_lookback
 
 STRATEGY = registry.get("lookback_once")
 
@@ -151,17 +151,7 @@ def test_gpu_large_training_matches_lookback(shape, monkeypatch):
             read_once.launch(*args)
 
     monkeypatch.setattr(lb, "ONCE_FORWARD", Counting)
-    B, L, M = shape
-    problem = _problem(B, L, M, "bfloat16", initial_state=True, final_state=True, resets=True)
-    inputs = random_inputs(problem, seed=B, device="cuda", reset_rate=0.001)
-    up = bf16_upstream(B, L, M)
-
-    lookback = registry.get("lookback")
-    want = outputs_and_grads(lookback, lookback.default(problem), inputs, up)
-    assert not launches
-    got = outputs_and_grads(STRATEGY, STRATEGY.default(problem), inputs, up)
-    assert len(launches) == 1
-    assert_training_close(got, want)
+    assert_large_training_matches_lookback(STRATEGY, shape, launches)
 
 
 @pytest.mark.gpu
