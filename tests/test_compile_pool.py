@@ -2,6 +2,7 @@
 timing; a candidate a worker cannot judge is verified by the tuning process."""
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import pytest
@@ -11,6 +12,24 @@ from samu_tune.ops.scan.problem import ScanProblem
 from samu_tune.settings import settings
 
 PROBLEM = ScanProblem(B=2, L=40, M=24, dtype="float32", device="cpu", backward=True)
+# a GPU problem whose binaries compile workers build without a GPU
+GPU_PROBLEM = ScanProblem(B=8, L=8192, M=1024, dtype="bfloat16", device="cuda", backward=True)
+
+
+@contextlib.contextmanager
+def _sm90_compile_pool():
+    """A one-worker pool in ``compile`` mode on :data:`GPU_PROBLEM`, building for sm_90 (an
+    H200's device info) on CPU tensors; closed, and the shared workers stopped, after."""
+    import torch
+    from samu_tune.device import DeviceInfo
+    h200 = DeviceInfo(kind="cuda", name="NVIDIA H200", capability=(9, 0), sm_count=132)
+    pool = compile_pool.CompilePool(GPU_PROBLEM, torch.device("cpu"), 0, 1, mode="compile",
+                                    target=("cuda", 90, 32), info=h200)
+    try:
+        yield pool
+    finally:
+        pool.close()
+        compile_pool._stop_shared()
 
 
 @pytest.fixture(autouse=True)
@@ -66,16 +85,10 @@ def test_no_pool_unless_asked_for():
 def test_compile_mode_builds_the_gpu_binaries_without_a_gpu(tmp_path, monkeypatch):
     # compile workers: no CUDA, the launches compiled for sm_90 into the Triton cache the
     # workers inherit; a job no worker has started is taken back by the tuner
-    from samu_tune.device import DeviceInfo
     from samu_tune.results import config_json
-    import torch
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    problem = ScanProblem(B=8, L=8192, M=1024, dtype="bfloat16", device="cuda", backward=True)
-    h200 = DeviceInfo(kind="cuda", name="NVIDIA H200", capability=(9, 0), sm_count=132)
-    configs = [config_json(c) for c in registry.get("lookback").configs(problem)[:3]]
-    pool = compile_pool.CompilePool(problem, torch.device("cpu"), 0, 1, mode="compile",
-                                    target=("cuda", 90, 32), info=h200)
-    try:
+    configs = [config_json(c) for c in registry.get("lookback").configs(GPU_PROBLEM)[:3]]
+    with _sm90_compile_pool() as pool:
         for cfg in configs:
             pool.submit("lookback", cfg)
         pool.submit("no_such_strategy", {})
@@ -84,9 +97,6 @@ def test_compile_mode_builds_the_gpu_binaries_without_a_gpu(tmp_path, monkeypatc
         assert pool.compiled == 1
         status, failure, _, _ = pool._jobs[("no_such_strategy", "[]")].result()
         assert status == "unknown" and "no_such_strategy" in failure
-    finally:
-        pool.close()
-        compile_pool._stop_shared()
     # the forward and the backward look-back binaries (REVERSE), for sm_90
     cubins = sorted(tmp_path.rglob("lookback_scan.cubin"))
     assert len(cubins) >= 2
@@ -98,28 +108,18 @@ def test_compile_mode_builds_the_read_once_kernels_forward_and_backward(tmp_path
     # the Gluon forward's persistent grid asks the device how many programs fit after the
     # first launch; in a compile worker (CPU tensors, no GPU) it must not ask, so that the
     # candidate's run goes on to the backward and the worker compiles that binary too
-    from samu_tune.device import DeviceInfo
     from samu_tune.results import config_json
-    import torch
     if "lookback_staged" not in [s.name for s in registry.all_strategies()]:
         pytest.skip("this Triton has no Gluon: the read-once strategies are not registered")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    problem = ScanProblem(B=8, L=8192, M=1024, dtype="bfloat16", device="cuda", backward=True)
-    h100 = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", capability=(9, 0),
-                      sm_count=132)
-    cfg = config_json(registry.get("lookback_staged").default_config(problem))
-    pool = compile_pool.CompilePool(problem, torch.device("cpu"), 0, 1, mode="compile",
-                                    target=("cuda", 90, 32), info=h100)
-    try:
+    cfg = config_json(registry.get("lookback_staged").default_config(GPU_PROBLEM))
+    with _sm90_compile_pool() as pool:
         pool.submit("lookback_staged", cfg)
         assert pool.verdict("lookback_staged", cfg) is None     # waits: the worker runs it
         status, failure, _, _ = pool._jobs[("lookback_staged", repr(sorted(cfg.items())))
                                            ].result()
         assert (status, failure) == ("compiled", None)
         assert pool.compiled == 1
-    finally:
-        pool.close()
-        compile_pool._stop_shared()
     names = {p.stem for p in tmp_path.rglob("*.cubin")}
     assert {"lookback_once_forward", "lookback_once_backward"} <= names, names
 
