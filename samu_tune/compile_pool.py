@@ -50,14 +50,19 @@ _STEPS: dict[Any, Any] = {}          # per compile worker: (problem, seed) -> ti
 _TARGET: list = []                   # per compile worker: the target it compiles for
 
 
-def suggested_workers(device: torch.device) -> int:
-    """A pool size for a tune on ``device``: CUDA: the host's cores less one, at most 8 (each
-    worker holds a CUDA context); the CPU: 0 (the interpreter runs the candidates where they
-    are).  The pool is opt-in (``SAMU_TUNE_COMPILE_WORKERS`` or ``tune(compile_workers=N)``);
-    ``python -m benchmarks.bench_cold_tune`` measures a cold tune with and without it."""
+def suggested_workers(device: torch.device, processes: int = 1) -> int:
+    """A pool size for a tune on ``device`` when ``processes`` tuning processes share the
+    host (one per GPU of a distributed ``samu-tune profile``): CUDA: the host's cores less
+    one per process, shared out, at most 8 each; the CPU: 0 (the interpreter runs the
+    candidates where they are).  ``samu-tune profile`` on a GPU starts this many compile
+    workers by default (a cold main job on an H100 host: 0.78-0.86 of its wall time without
+    them, docs/performance.md); ``tune()`` starts none unless asked
+    (``SAMU_TUNE_COMPILE_WORKERS`` or ``tune(compile_workers=N)``): its workers stay up until
+    the process exits, which a training run that tunes online should not pay for."""
     if device.type != "cuda":
         return 0
-    return max(0, min(8, (os.cpu_count() or 1) - 1))
+    processes = max(1, processes)
+    return max(0, min(8, (os.cpu_count() or 1) // processes - 1))
 
 
 def _candidate(op: str, problem: dict, strategy: str, config: dict, info):

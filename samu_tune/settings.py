@@ -32,7 +32,8 @@ class Settings(BaseModel):
         "a row without a gain of more than 1% (profile --exhaustive times everything)")
     compile_workers: Optional[int] = Field(
         None, ge=0, description="worker processes compiling and verifying tuning candidates "
-        "ahead of timing (default none; see samu_tune.compile_pool)")
+        "ahead of timing (default: none for tune(); samu-tune profile on a GPU in compile "
+        "mode starts compile_pool.suggested_workers; see samu_tune.compile_pool)")
     compile_mode: Literal["compile", "verify"] = Field(
         "compile", description="what the compile pool's workers do on a GPU: compile the "
         "candidates' kernels for its target without a CUDA context (the tuning process "

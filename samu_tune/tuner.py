@@ -154,7 +154,8 @@ def tune(problem: Problem, mode: Optional[Literal["train", "forward"]] = None, *
     workspace (default on CUDA: half the free memory).  ``save`` stores the winner in the cache.
     ``compile_workers``: processes compiling and verifying candidates ahead of timing
     (:mod:`samu_tune.compile_pool`; default ``SAMU_TUNE_COMPILE_WORKERS``, else none;
-    :func:`samu_tune.compile_pool.suggested_workers` gives a size for a machine).
+    :func:`samu_tune.compile_pool.suggested_workers` gives a size for a machine, which
+    ``samu-tune profile`` starts by default on a GPU).
     ``patience``: stop refining after that many candidates in a row without a gain of more
     than 1% over the best so far (:class:`samu_tune.evaluate.Search`; ignored when
     ``exhaustive``).

@@ -109,6 +109,23 @@ def test_profile_json_speedups_failures_and_force(env, clock, tmp_path, capsys):
     assert [r["source"] for r in json.loads(out)["results"]] == ["tuned"]
 
 
+def test_profile_hands_its_compile_workers_to_every_tune(env, clock, tmp_path, capsys,
+                                                          monkeypatch):
+    from samu_tune.cli import profile
+    env.add(fake("fast", 1.0))
+    seen = []
+    real = profile.tune
+    monkeypatch.setattr(profile, "tune", lambda *a, **kw: seen.append(kw["compile_workers"])
+                        or real(*a, **kw))
+    f = shapes_file(tmp_path, "- {B: 2, L: 8, M: 4, dtype: float32, mode: both}\n")
+    only = ("--strategies", "fast", "--force")
+    assert run(capsys, "profile", "--shapes", f, *only)[0] == 0
+    assert seen == [0, 0]                         # on the CPU: none, and no note about it
+    status, out, err = run(capsys, "profile", "--shapes", f, "--compile-workers", "2", *only)
+    assert status == 0, err
+    assert seen[2:] == [2, 2] and "in 2 worker process(es)" in out
+
+
 def test_profile_tables_per_mode_and_no_winner(env, clock, tmp_path, capsys):
     env.add(fake("wrong", 1.0, wrong=True))
     f = shapes_file(tmp_path, "- {B: 1, L: 8, M: 4, dtype: float32, mode: both}\n")
@@ -150,6 +167,8 @@ def test_unknown_strategy_status_2(cache_dir, tmp_path, capsys):
     ["profile"],                                                   # --shapes missing
     ["profile", "--shapes", "x.yaml", "--budget", "-1"],
     ["profile", "--shapes", "x.yaml", "--mode", "sideways"],
+    ["profile", "--shapes", "x.yaml", "--compile-workers", "-1"],
+    ["profile", "--shapes", "x.yaml", "--compile-workers", "many"],
     ["explain", "--B", "0", "--L", "8", "--M", "4"],
     ["explain", "--B", "1", "--L", "8", "--M", "4", "--dtype", "int8"],
     ["cache"],

@@ -82,6 +82,46 @@ def test_no_pool_unless_asked_for():
     assert _compile_pool(PROBLEM, torch.device("cpu"), 0, 2, 1) is None   # one candidate
 
 
+def test_suggested_workers_share_the_host_between_tuning_processes(monkeypatch):
+    import torch
+    monkeypatch.setattr(compile_pool.os, "cpu_count", lambda: 16)
+    cuda = torch.device("cuda")
+    assert compile_pool.suggested_workers(cuda) == 8          # at most 8
+    assert compile_pool.suggested_workers(cuda, processes=4) == 3   # 16 // 4 - 1
+    assert compile_pool.suggested_workers(cuda, processes=16) == 0
+    assert compile_pool.suggested_workers(cuda, processes=0) == 8
+    monkeypatch.setattr(compile_pool.os, "cpu_count", lambda: None)
+    assert compile_pool.suggested_workers(cuda) == 0
+
+
+@pytest.mark.parametrize("flag, env, device, want", [
+    (None, {}, "cuda", 8),                                       # profile on a GPU: a pool
+    (None, {}, "cpu", 0),                                        # the interpreter: none
+    (0, {}, "cuda", 0),                                          # --compile-workers 0
+    (3, {"SAMU_TUNE_COMPILE_WORKERS": "5"}, "cuda", 3),          # the flag over the variable
+    (None, {"SAMU_TUNE_COMPILE_WORKERS": "0"}, "cuda", 0),
+    (None, {"SAMU_TUNE_COMPILE_WORKERS": "5"}, "cpu", 5),
+    (None, {"SAMU_TUNE_COMPILE_MODE": "verify"}, "cuda", 0),     # verify pools stay opt-in
+    (None, {"WORLD_SIZE": "2"}, "cuda", 7),                      # 16 // 2 - 1
+])
+def test_profile_compiles_ahead_on_a_gpu_by_default(monkeypatch, flag, env, device, want):
+    import argparse
+    from samu_tune.cli import profile
+    from samu_tune.settings import reload_settings
+    monkeypatch.setattr(compile_pool.os, "cpu_count", lambda: 16)
+    for name in ("SAMU_TUNE_COMPILE_WORKERS", "SAMU_TUNE_COMPILE_MODE", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    reload_settings()
+    try:
+        assert profile._compile_workers(argparse.Namespace(compile_workers=flag),
+                                        device) == want
+    finally:
+        monkeypatch.undo()
+        reload_settings()
+
+
 def test_compile_mode_builds_the_gpu_binaries_without_a_gpu(tmp_path, monkeypatch):
     # compile workers: no CUDA, the launches compiled for sm_90 into the Triton cache the
     # workers inherit; a job no worker has started is taken back by the tuner

@@ -15,14 +15,23 @@ from samu_tune.cli.console import CLIError, error
 from samu_tune.cli.shapes import ShapesError
 
 
-def _positive_int(text: str) -> int:
+def _int_at_least(low: int, text: str) -> int:
+    what = "a positive" if low == 1 else "a non-negative"
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+        raise argparse.ArgumentTypeError(f"expected {what} integer, got {text!r}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"expected {what} integer, got {value}")
     return value
+
+
+def _positive_int(text: str) -> int:
+    return _int_at_least(1, text)
+
+
+def _nonnegative_int(text: str) -> int:
+    return _int_at_least(0, text)
 
 
 def _positive_float(text: str) -> float:
@@ -71,6 +80,10 @@ def _profile_parser(sub) -> None:
     p.add_argument("--quick", action="store_true",
                    help=f"smoke run: at most {profile.QUICK_MAX_CONFIGS} candidates per shape "
                         f"({profile.QUICK_REPS} timing samples each on the CPU)")
+    p.add_argument("--compile-workers", type=_nonnegative_int, metavar="N",
+                   help="processes compiling the candidates' kernels ahead of timing (default "
+                        "SAMU_TUNE_COMPILE_WORKERS, else on a GPU the host's cores less one, "
+                        "at most 8 per tuning process; 0: none)")
     p.add_argument("--force", action="store_true", help="re-tune shapes already in the cache")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                    help="where to run (default: cuda if available, else cpu)")

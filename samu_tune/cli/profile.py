@@ -153,6 +153,23 @@ def _rerun_interpreted(args: argparse.Namespace) -> int:
     return subprocess.call([sys.executable, "-m", "samu_tune.cli", *args.argv], env=env)
 
 
+def _compile_workers(args: argparse.Namespace, device: str) -> int:
+    """The tunes' compile pool size: ``--compile-workers``, else
+    ``SAMU_TUNE_COMPILE_WORKERS``, else on a GPU with the pool in compile mode
+    :func:`~samu_tune.compile_pool.suggested_workers` for this host's tuning processes
+    (a cold main job on an H100 host: 0.78-0.86 of its wall time without workers); the
+    verify mode's pool made a cold tune slower on the H200, so it stays opt-in."""
+    from samu_tune.compile_pool import suggested_workers
+    if getattr(args, "compile_workers", None) is not None:
+        return args.compile_workers
+    s = settings()
+    if s.compile_workers is not None:
+        return s.compile_workers
+    if device != "cuda" or s.compile_mode != "compile":
+        return 0
+    return suggested_workers(torch.device("cuda"), s.world_size)
+
+
 def _distributed(device: str) -> tuple[int, int]:
     """(rank, world size): under ``torchrun --nproc-per-node N -m samu_tune.cli profile``
     (WORLD_SIZE > 1) the process group joined (NCCL on CUDA, gloo on the CPU) and, on CUDA,
@@ -237,6 +254,10 @@ def run(args: argparse.Namespace) -> int:
     bw = timing.copy_bandwidth(torch.cuda.current_device()) if device == "cuda" else None
 
     rank, world = _distributed(device)
+    workers = _compile_workers(args, device)
+    if workers and rank == 0 and not args.json:
+        note.print(f"Compiling candidates ahead of timing in {workers} worker process(es) "
+                   "(--compile-workers 0: none).", markup=False)
     mine = [(i, problems[i]) for i in _shard(problems, rank, world)]
     budget = args.budget
     if budget is None and device == "cuda" and not getattr(args, "exhaustive", False):
@@ -256,7 +277,8 @@ def run(args: argparse.Namespace) -> int:
                               budget_s=budget, exhaustive=getattr(args, "exhaustive", False),
                               max_configs=max_configs, reps=reps,
                               patience=getattr(args, "patience", None) or settings().tune_patience,
-                              retime_rounds=reps, progress=progress.event)
+                              retime_rounds=reps, compile_workers=workers,
+                              progress=progress.event)
                 if result.winner is not None:
                     # recorded at once: the same shape's train tune starts from this forward
                     # winner (the tuner's priors); the ranks' merge writes the same entry again
