@@ -5,8 +5,12 @@ kernels (Triton: seconds per config), one candidate after the other, while the h
 cores idle.  :class:`CompilePool` hands that first run to a pool of spawned worker processes.
 The tuner submits candidates as soon as it knows them (priors and screen at the start, each
 refinement round's configs before the round) and takes them in the same order; a candidate
-whose job no worker has started yet is taken back (cancelled) and run by the tuning process
-itself, so the pool never makes the tuner wait for a queue.
+whose job no worker has started yet is taken back and run by the tuning process itself, so
+the pool never makes the tuner wait for a queue or for workers still starting.  "Started" is
+a claim: a job's worker and the tuning process each try to create the job's claim file
+(``O_EXCL``), and whichever does first runs the candidate; the executor's own state cannot
+say, since it marks a job running once it is handed to the workers' queue, before any
+worker takes it.
 
 Two modes (``SAMU_TUNE_COMPILE_MODE``):
 
@@ -34,9 +38,12 @@ import atexit
 import concurrent.futures as cf
 import contextlib
 import functools
+import hashlib
 import multiprocessing
 import os
+import shutil
 import sys
+import tempfile
 import time
 from typing import Any, Optional
 
@@ -104,6 +111,25 @@ def _job(op: str, problem: dict, strategy: str, config: dict, seed: int, device:
         from samu_tune.evaluate import _reason
         failure = _reason("verification raised", exc)
     return "verified", failure, time.monotonic() - t0, vproblem.key()
+
+
+def _claim(path: str) -> bool:
+    """Claim a job: create ``path`` exclusively.  False: the other side (a worker, or the
+    tuning process taking the job back) claimed it first, or the pool is closed (its claims
+    directory is gone)."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except OSError:
+        return False
+
+
+def _claimed_job(claim: str, job, *args) -> tuple[str, Optional[str], float, Optional[str]]:
+    """Run ``job(*args)`` in a worker if this worker claims it first; else ``"unknown"`` at
+    once (the tuning process took it back, or its tune is over)."""
+    if not _claim(claim):
+        return "unknown", "taken back", 0.0, None
+    return job(*args)
 
 
 class _TargetOnly:
@@ -275,22 +301,30 @@ class CompilePool:
             self._pool = cf.ProcessPoolExecutor(
                 max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
         self._jobs: dict[tuple[str, str], cf.Future] = {}
+        self._claims = tempfile.mkdtemp(prefix="samu_tune_claims_")
         self.submitted = self.finished = self.compiled = self.taken_back = 0
+
+    def _claim_path(self, key: tuple[str, str]) -> str:
+        """The claim file of job ``key`` (a hash of the key: one name per candidate)."""
+        return os.path.join(self._claims, hashlib.sha1(repr(key).encode()).hexdigest())
 
     def submit(self, strategy: str, config: dict) -> None:
         key = (strategy, repr(sorted(config.items())))
         if self._pool is None or key in self._jobs:
             return
         problem = self.problem.model_dump(mode="json")
+        claim = self._claim_path(key)
         try:
             # the pool starts its workers inside submit
             with _main_hidden(), _worker_environment(self.mode == "compile"):
                 if self.mode == "compile":
-                    job = self._pool.submit(_compile_job, self.problem.op, problem, strategy,
-                                            config, self.seed, self.target, self._info)
+                    job = self._pool.submit(_claimed_job, claim, _compile_job, self.problem.op,
+                                            problem, strategy, config, self.seed, self.target,
+                                            self._info)
                 else:
-                    job = self._pool.submit(_job, self.problem.op, problem, strategy, config,
-                                            self.seed, str(self.device))
+                    job = self._pool.submit(_claimed_job, claim, _job, self.problem.op,
+                                            problem, strategy, config, self.seed,
+                                            str(self.device))
             self._jobs[key] = job
             self.submitted += 1
         except Exception:      # a broken pool: the tuner verifies the rest itself
@@ -300,10 +334,11 @@ class CompilePool:
         """The verdict of a submitted candidate, or None: not submitted, taken back (no
         worker had started it), no verdict (compile mode: the kernels are compiled, the
         tuning process verifies), or the pool is gone.  Waits for a job a worker runs."""
-        job = self._jobs.get((strategy, repr(sorted(config.items()))))
+        key = (strategy, repr(sorted(config.items())))
+        job = self._jobs.get(key)
         if job is None:
             return None
-        if job.cancel():
+        if job.cancel() or (not job.done() and _claim(self._claim_path(key))):
             self.taken_back += 1
             return None
         try:
@@ -327,6 +362,9 @@ class CompilePool:
             return
         for job in self._jobs.values():
             job.cancel()
+        # a job already handed to the workers' queue finds no claims directory: it returns
+        # at once instead of compiling for a tune that is over
+        shutil.rmtree(self._claims, ignore_errors=True)
         if self.mode == "compile":
             return
         processes = list(getattr(pool, "_processes", {}).values())

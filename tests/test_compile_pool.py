@@ -3,6 +3,7 @@ timing; a candidate a worker cannot judge is verified by the tuning process."""
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 
 import pytest
@@ -32,6 +33,16 @@ def _sm90_compile_pool():
         compile_pool._stop_shared()
 
 
+def _wait_until_a_worker_starts(pool, strategy: str, config: dict) -> None:
+    """Block until a worker has claimed the job (started it)."""
+    import time
+    path = pool._claim_path((strategy, repr(sorted(config.items()))))
+    deadline = time.monotonic() + 300
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, "no worker started the job"
+        time.sleep(0.05)
+
+
 @pytest.fixture(autouse=True)
 def _interpreter():
     if not settings().interpret:
@@ -59,9 +70,28 @@ def test_tune_with_workers_matches_tune_without():
     assert [(c.name, c.status) for c in pooled.candidates] == \
         [(c.name, c.status) for c in alone.candidates]
     assert all(c.verified_in is None for c in alone.candidates)
-    assert evaluated and all(c.verified_in == "worker" for c in evaluated)
+    # a candidate reached before a worker started it is verified by the tuning process
+    assert evaluated and all(c.verified_in in ("worker", None) for c in evaluated)
     assert all(c.verified_on == a.verified_on
                for c, a in zip(pooled.candidates, alone.candidates))
+
+
+def test_a_workers_verdict_stands_once_it_started_the_job():
+    import torch
+    serial = registry.get("serial")
+    good = serial.default_config(PROBLEM).model_dump(mode="json")
+    pool = compile_pool.CompilePool(PROBLEM, torch.device("cpu"), 0, 1)
+    try:
+        assert pool.mode == "verify"
+        pool.submit("serial", good)
+        _wait_until_a_worker_starts(pool, "serial", good)
+        verdict = pool.verdict("serial", good)              # waits for the worker's run
+        assert verdict is not None and verdict.failure is None
+        assert verdict.verified_on == "B2-L40-M24-f32-train" and verdict.seconds > 0
+        assert (pool.finished, pool.taken_back) == (1, 0)
+    finally:
+        pool.close()
+    assert not os.path.exists(pool._claims)                 # close removes the claims
 
 
 def test_the_callers_main_module_is_hidden_while_workers_start():
@@ -124,7 +154,8 @@ def test_profile_compiles_ahead_on_a_gpu_by_default(monkeypatch, flag, env, devi
 
 def test_compile_mode_builds_the_gpu_binaries_without_a_gpu(tmp_path, monkeypatch):
     # compile workers: no CUDA, the launches compiled for sm_90 into the Triton cache the
-    # workers inherit; a job no worker has started is taken back by the tuner
+    # workers inherit; a job no worker has started is taken back by the tuner, whether it
+    # waits in the executor (cancelled) or was handed to the busy worker's queue (claimed)
     from samu_tune.results import config_json
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     configs = [config_json(c) for c in registry.get("lookback").configs(GPU_PROBLEM)[:3]]
@@ -133,8 +164,15 @@ def test_compile_mode_builds_the_gpu_binaries_without_a_gpu(tmp_path, monkeypatc
             pool.submit("lookback", cfg)
         pool.submit("no_such_strategy", {})
         assert pool.verdict("lookback", configs[2]) is None and pool.taken_back == 1
+        _wait_until_a_worker_starts(pool, "lookback", configs[0])
+        # the one worker compiles configs[0] (seconds); configs[1] sits in its queue
+        assert not pool._jobs[("lookback", repr(sorted(configs[1].items())))].cancel()
+        assert pool.verdict("lookback", configs[1]) is None and pool.taken_back == 2
         assert pool.verdict("lookback", configs[0]) is None     # waits: the worker runs it
-        assert pool.compiled == 1
+        assert pool.compiled == 1 and pool.taken_back == 2
+        status, failure, _, _ = pool._jobs[("lookback", repr(sorted(configs[1].items())))
+                                           ].result()
+        assert (status, failure) == ("unknown", "taken back")   # the worker skipped it
         status, failure, _, _ = pool._jobs[("no_such_strategy", "[]")].result()
         assert status == "unknown" and "no_such_strategy" in failure
     # the forward and the backward look-back binaries (REVERSE), for sm_90
@@ -155,6 +193,7 @@ def test_compile_mode_builds_the_read_once_kernels_forward_and_backward(tmp_path
     cfg = config_json(registry.get("lookback_staged").default_config(GPU_PROBLEM))
     with _sm90_compile_pool() as pool:
         pool.submit("lookback_staged", cfg)
+        _wait_until_a_worker_starts(pool, "lookback_staged", cfg)
         assert pool.verdict("lookback_staged", cfg) is None     # waits: the worker runs it
         status, failure, _, _ = pool._jobs[("lookback_staged", repr(sorted(cfg.items())))
                                            ].result()
