@@ -304,12 +304,17 @@ class CompilePool:
         self._claims = tempfile.mkdtemp(prefix="samu_tune_claims_")
         self.submitted = self.finished = self.compiled = self.taken_back = 0
 
+    @staticmethod
+    def key(strategy: str, config: dict) -> tuple[str, str]:
+        """A candidate's job key: its strategy and its config's sorted items."""
+        return strategy, repr(sorted(config.items()))
+
     def _claim_path(self, key: tuple[str, str]) -> str:
         """The claim file of job ``key`` (a hash of the key: one name per candidate)."""
         return os.path.join(self._claims, hashlib.sha1(repr(key).encode()).hexdigest())
 
     def submit(self, strategy: str, config: dict) -> None:
-        key = (strategy, repr(sorted(config.items())))
+        key = self.key(strategy, config)
         if self._pool is None or key in self._jobs:
             return
         problem = self.problem.model_dump(mode="json")
@@ -334,7 +339,7 @@ class CompilePool:
         """The verdict of a submitted candidate, or None: not submitted, taken back (no
         worker had started it), no verdict (compile mode: the kernels are compiled, the
         tuning process verifies), or the pool is gone.  Waits for a job a worker runs."""
-        key = (strategy, repr(sorted(config.items())))
+        key = self.key(strategy, config)
         job = self._jobs.get(key)
         if job is None:
             return None

@@ -36,7 +36,7 @@ def _sm90_compile_pool():
 def _wait_until_a_worker_starts(pool, strategy: str, config: dict) -> None:
     """Block until a worker has claimed the job (started it)."""
     import time
-    path = pool._claim_path((strategy, repr(sorted(config.items()))))
+    path = pool._claim_path(pool.key(strategy, config))
     deadline = time.monotonic() + 300
     while not os.path.exists(path):
         assert time.monotonic() < deadline, "no worker started the job"
@@ -166,14 +166,13 @@ def test_compile_mode_builds_the_gpu_binaries_without_a_gpu(tmp_path, monkeypatc
         assert pool.verdict("lookback", configs[2]) is None and pool.taken_back == 1
         _wait_until_a_worker_starts(pool, "lookback", configs[0])
         # the one worker compiles configs[0] (seconds); configs[1] sits in its queue
-        assert not pool._jobs[("lookback", repr(sorted(configs[1].items())))].cancel()
+        assert not pool._jobs[pool.key("lookback", configs[1])].cancel()
         assert pool.verdict("lookback", configs[1]) is None and pool.taken_back == 2
         assert pool.verdict("lookback", configs[0]) is None     # waits: the worker runs it
         assert pool.compiled == 1 and pool.taken_back == 2
-        status, failure, _, _ = pool._jobs[("lookback", repr(sorted(configs[1].items())))
-                                           ].result()
+        status, failure, _, _ = pool._jobs[pool.key("lookback", configs[1])].result()
         assert (status, failure) == ("unknown", "taken back")   # the worker skipped it
-        status, failure, _, _ = pool._jobs[("no_such_strategy", "[]")].result()
+        status, failure, _, _ = pool._jobs[pool.key("no_such_strategy", {})].result()
         assert status == "unknown" and "no_such_strategy" in failure
     # the forward and the backward look-back binaries (REVERSE), for sm_90
     cubins = sorted(tmp_path.rglob("lookback_scan.cubin"))
@@ -195,8 +194,7 @@ def test_compile_mode_builds_the_read_once_kernels_forward_and_backward(tmp_path
         pool.submit("lookback_staged", cfg)
         _wait_until_a_worker_starts(pool, "lookback_staged", cfg)
         assert pool.verdict("lookback_staged", cfg) is None     # waits: the worker runs it
-        status, failure, _, _ = pool._jobs[("lookback_staged", repr(sorted(cfg.items())))
-                                           ].result()
+        status, failure, _, _ = pool._jobs[pool.key("lookback_staged", cfg)].result()
         assert (status, failure) == ("compiled", None)
         assert pool.compiled == 1
     names = {p.stem for p in tmp_path.rglob("*.cubin")}
