@@ -124,6 +124,11 @@ def test_profile_hands_its_compile_workers_to_every_tune(env, clock, tmp_path, c
     status, out, err = run(capsys, "profile", "--shapes", f, "--compile-workers", "2", *only)
     assert status == 0, err
     assert seen[2:] == [2, 2] and "in 2 worker process(es)" in out
+    # every shape cached: nothing tunes, no note about workers
+    status, out, err = run(capsys, "profile", "--shapes", f, "--compile-workers", "2",
+                           "--strategies", "fast")
+    assert status == 0, err
+    assert seen[4:] == [] and "worker process" not in out and "2 from the cache" in out
 
 
 def test_profile_tables_per_mode_and_no_winner(env, clock, tmp_path, capsys):

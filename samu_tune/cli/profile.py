@@ -254,11 +254,12 @@ def run(args: argparse.Namespace) -> int:
     bw = timing.copy_bandwidth(torch.cuda.current_device()) if device == "cuda" else None
 
     rank, world = _distributed(device)
+    mine = [(i, problems[i]) for i in _shard(problems, rank, world)]
     workers = _compile_workers(args, device)
-    if workers and rank == 0 and not args.json:
+    if workers and rank == 0 and not args.json and (args.force or any(
+            cache.lookup(problem, sig) is None for _, problem in mine)):
         note.print(f"Compiling candidates ahead of timing in {workers} worker process(es) "
                    "(--compile-workers 0: none).", markup=False)
-    mine = [(i, problems[i]) for i in _shard(problems, rank, world)]
     budget = args.budget
     if budget is None and device == "cuda" and not getattr(args, "exhaustive", False):
         budget = DEFAULT_BUDGET_S
