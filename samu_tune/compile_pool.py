@@ -163,7 +163,9 @@ def _compile_only(target: tuple) -> None:
     from triton.backends.compiler import GPUTarget
     from triton.runtime import driver
     from triton.runtime.jit import JITFunction
+    from samu_tune.kernel_device import set_compile_only
     driver.set_active(_TargetOnly(GPUTarget(*target)))
+    set_compile_only()          # the ops' kernel paths take CPU tensors from now on
     # kernel[grid](...) compiles (or finds in the disk cache) and returns without launching
     JITFunction.__getitem__ = lambda self, grid: functools.partial(self.run, grid=grid,
                                                                    warmup=True)
@@ -292,6 +294,8 @@ class CompilePool:
             raise ValueError(f"compile pool mode must be 'compile' or 'verify', got {mode!r}")
         self.mode = mode
         self._info = None
+        from samu_tune import opspec
+        self._ahead = mode == "verify" or opspec.of(problem).compiles_ahead
         if mode == "compile":
             self.target = target or _compile_target(device)
             self._info = (info or device_info(device)).model_dump(mode="json")
@@ -314,8 +318,10 @@ class CompilePool:
         return os.path.join(self._claims, hashlib.sha1(repr(key).encode()).hexdigest())
 
     def submit(self, strategy: str, config: dict) -> None:
+        """Hand a candidate to the workers (compile mode: only an op whose spec
+        ``compiles_ahead``)."""
         key = self.key(strategy, config)
-        if self._pool is None or key in self._jobs:
+        if self._pool is None or key in self._jobs or not self._ahead:
             return
         problem = self.problem.model_dump(mode="json")
         claim = self._claim_path(key)

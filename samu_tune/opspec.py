@@ -37,7 +37,10 @@ class OpSpec:
     - ``finite(out)``: whether a run's output is all finite;
     - ``rules``: ``rule(p, eligible strategies) -> (name, why) | None``, first answer wins;
     - ``relax(p) -> (p', label) | None``: a problem whose tuned winner dispatch may use for
-      ``p`` (``label`` says how it differs, e.g. "without initial/final state").
+      ``p`` (``label`` says how it differs, e.g. "without initial/final state");
+    - ``compiles_ahead``: whether a compile worker (:mod:`samu_tune.compile_pool`: CPU
+      tensors, every launch compile-only) builds the binaries a candidate's GPU run loads;
+      where not, the tuner hands the op's candidates to no compile worker.
     """
 
     op: str
@@ -51,6 +54,7 @@ class OpSpec:
     finite: Callable[[Any], bool]
     rules: list = field(default_factory=list)
     relax: Optional[Callable[[Any], Optional[tuple[Any, str]]]] = None
+    compiles_ahead: bool = True
 
 
 _SPECS: dict[str, OpSpec] = {}

@@ -18,13 +18,13 @@ GPU_PROBLEM = ScanProblem(B=8, L=8192, M=1024, dtype="bfloat16", device="cuda", 
 
 
 @contextlib.contextmanager
-def _sm90_compile_pool():
-    """A one-worker pool in ``compile`` mode on :data:`GPU_PROBLEM`, building for sm_90 (an
-    H200's device info) on CPU tensors; closed, and the shared workers stopped, after."""
+def _sm90_compile_pool(problem=GPU_PROBLEM):
+    """A one-worker pool in ``compile`` mode on ``problem``, building for sm_90 (an H200's
+    device info) on CPU tensors; closed, and the shared workers stopped, after."""
     import torch
     from samu_tune.device import DeviceInfo
     h200 = DeviceInfo(kind="cuda", name="NVIDIA H200", capability=(9, 0), sm_count=132)
-    pool = compile_pool.CompilePool(GPU_PROBLEM, torch.device("cpu"), 0, 1, mode="compile",
+    pool = compile_pool.CompilePool(problem, torch.device("cpu"), 0, 1, mode="compile",
                                     target=("cuda", 90, 32), info=h200)
     try:
         yield pool
@@ -199,6 +199,38 @@ def test_compile_mode_builds_the_read_once_kernels_forward_and_backward(tmp_path
         assert pool.compiled == 1
     names = {p.stem for p in tmp_path.rglob("*.cubin")}
     assert {"lookback_once_forward", "lookback_once_backward"} <= names, names
+
+
+def test_compile_mode_builds_the_linear_ops_binaries(tmp_path, monkeypatch):
+    # the linear op's kernels take a compile worker's CPU tensors (their launches compile for
+    # the GPU), as the scan's do: its candidates are compiled ahead too
+    from samu_tune.ops.linear.problem import LinearProblem
+    from samu_tune.results import config_json
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    problem = LinearProblem(B=4, L=4096, D=512, dtype="bfloat16", device="cuda", backward=True)
+    cfg = config_json(registry.get("serial", "linear").default_config(problem))
+    with _sm90_compile_pool(problem) as pool:
+        pool.submit("serial", cfg)
+        _wait_until_a_worker_starts(pool, "serial", cfg)
+        assert pool.verdict("serial", cfg) is None              # waits: the worker runs it
+        status, failure, _, _ = pool._jobs[pool.key("serial", cfg)].result()
+        assert (status, failure) == ("compiled", None)
+    assert {p.stem for p in tmp_path.rglob("*.cubin")} == {"linear_serial_scan"}
+
+
+def test_compile_mode_hands_no_layer_candidate_to_a_worker():
+    # a layer candidate's look-back config is the scan dispatch's pick on the tensors'
+    # device, the CPU's in a worker: no job (the tuning process compiles them), no worker
+    from samu_tune.ops.layer.problem import LayerProblem
+    problem = LayerProblem(B=4, L=4096, M=512, dtype="bfloat16", device="cuda", backward=True)
+    with _sm90_compile_pool(problem) as pool:
+        pool.submit("fused", {})
+        assert pool.submitted == 0 and pool.verdict("fused", {}) is None
+    import torch
+    verify = compile_pool.CompilePool(problem.model_copy(update=dict(device="cpu")),
+                                      torch.device("cpu"), 0, 1, mode="verify")
+    assert verify._ahead                      # verify mode: a worker runs it on the device
+    verify.close()
 
 
 @pytest.mark.slow

@@ -53,6 +53,7 @@ from samu_tune.alloc import empty
 from samu_tune.ops.layer.controller import unit_directions
 from samu_tune.ops.layer.reference import SAMUParams, State, needs_grad, step_reference, write_gamma
 from samu_tune.launch_options import LAUNCH_OPTIONS
+from samu_tune.kernel_device import runs_kernels as kernels_available
 from samu_tune.launcher import fast
 
 # the decode step kernel, launched directly after its first launch per specialisation
@@ -78,11 +79,6 @@ def default_config(name: str, M: int) -> DecodeConfig:
     block_m = max(16, min(cap, intmath.next_power_of_2(M)))
     block_d = max(64, min(1024, intmath.next_power_of_2(2 * M + 1)))
     return DecodeConfig(block_m=block_m, block_d=block_d, num_warps=8 if block_d >= 512 else 4)
-
-
-def kernels_available(x: torch.Tensor) -> bool:
-    """Triton can run on x's device: CUDA, or the CPU under TRITON_INTERPRET=1."""
-    return x.is_cuda or (x.device.type == "cpu" and settings().interpret)
 
 
 def rule_name(M: int) -> DecodeName:

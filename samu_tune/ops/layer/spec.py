@@ -270,6 +270,10 @@ def finite(out: LayerOutput) -> bool:
 SPEC = register_op(OpSpec(
     op="layer", problem_type=LayerProblem, random_inputs=random_inputs, expected=expected,
     verify=verify, verification_problem=verification_problem, make_step=LayerStep,
-    input_bytes=input_bytes, finite=finite, rules=[fused_where_eligible], relax=None))
+    input_bytes=input_bytes, finite=finite, rules=[fused_where_eligible], relax=None,
+    # a layer candidate's look-back config comes from the scan's dispatch on its tensors'
+    # device (fused: the loop-inner pick; unfused: samu_tune.scan), which in a compile worker
+    # is the CPU's, not the GPU's: its binaries would not be the ones the GPU run loads
+    compiles_ahead=False))
 
 __all__ = ["LayerInputs", "LayerCapability", "SPEC", "scan_problem_of"]

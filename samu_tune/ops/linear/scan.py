@@ -16,7 +16,7 @@ from samu_tune.library import is_compiling
 from samu_tune import dispatch, intmath
 from samu_tune.ops.linear.problem import LinearProblem
 from samu_tune.problem import dtype_name
-from samu_tune.settings import settings
+from samu_tune.kernel_device import runs_kernels as kernels_available
 from samu_tune.ops.linear.launch import ChunkConfig, Config, Pair, SerialConfig, run
 from samu_tune.ops.linear.reference import linear_scan_reference
 
@@ -45,10 +45,6 @@ def default_config(name: str, B: int, L: int, D: int) -> Config:
         return SerialConfig(block_d=block_d, num_warps=4 if block_d >= 128 else 2)
     block_d = max(16, min(64, intmath.next_power_of_2(D)))
     return ChunkConfig(chunk=32 if L >= 32 else 16, block_d=block_d)
-
-
-def kernels_available(t: torch.Tensor) -> bool:
-    return t.is_cuda or (t.device.type == "cpu" and settings().interpret)
 
 
 def _needs_grad(a: Pair, b: Pair, h0: Optional[Pair]) -> bool:
