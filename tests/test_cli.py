@@ -150,7 +150,7 @@ def test_profile_tables_per_mode_and_no_winner(env, clock, tmp_path, capsys):
     ("shapes:\n  - {B: 1, L: 8, M: 4}\n  - {B: 1, L: 0, M: 4}\n", "entry 1: field 'L'"),
     ("shapes:\n  - {B: 1, L: 8, M: 4, dtype: int8}\n", "entry 0: field 'dtype'"),
     ("shapes:\n  - {B: 1, L: 8, M: 4, colour: red}\n", "entry 0: field 'colour'"),
-    ("- {B: 1, L: 8}\n", "entry 0: field 'M'"),
+    ("- {B: 1, L: 8}\n", "entry 0: field '(entry)': Value error, a scan shape needs M"),
     ("42\n", "expected a list of shapes"),
 ])
 def test_bad_shapes_file_one_message_status_2(cache_dir, tmp_path, capsys, text, expect):

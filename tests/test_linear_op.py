@@ -98,3 +98,47 @@ def test_auto_linear_uses_the_rule_then_a_cached_winner(env, monkeypatch):
     assert seen == ["ChunkConfig"]
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)
     del real
+
+
+@interpreter
+def test_profile_accepts_linear_shapes(env, tmp_path, capsys, monkeypatch):
+    import json
+
+    from samu_tune import cache
+    from samu_tune.cli import main
+    from samu_tune.cli.shapes import ShapesError, load_shapes
+    env.registry.update(BUILTIN)
+    monkeypatch.setenv("COLUMNS", "200")
+    f = tmp_path / "shapes.yaml"
+    f.write_text("shapes:\n  - {op: linear, B: 2, L: [24, 40], D: 20, dtype: float32, "
+                 "complex: true, reverse: true, initial_state: true, mode: train}\n")
+    problems = [p for e in load_shapes(f).shapes for p in e.problems("cpu")]
+    assert [p.key() for p in problems] == ["linear:B2-L24-D20-f32-complex-train-rev-h0",
+                                           "linear:B2-L40-D20-f32-complex-train-rev-h0"]
+    assert problems[1] == SMALL
+    status = main(["profile", "--shapes", str(f), "--quick", "--json", "--device", "cpu",
+                   "--strategies", "serial,reference"])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    rows = {r["key"]: r for r in json.loads(out)["results"]}
+    assert rows[SMALL.key()]["strategy"] in ("serial", "reference")
+    assert cache.lookup(SMALL) is not None
+    for bad, msg in (("{op: linear, B: 1, L: 4, M: 5}", "a linear shape needs D"),
+                     ("{op: linear, B: 1, D: 5}", "a linear shape needs L"),
+                     ("{op: linear, B: 1, L: 4, D: 5, resets: true}",
+                      "a linear shape has no resets"),
+                     ("{B: 1, L: 4, M: 5, complex: true}", "a scan shape has no complex"),
+                     ("{op: layer, B: 1, L: 4, M: 5, D: 5}", "a layer shape has no D")):
+        f.write_text(f"shapes:\n  - {bad}\n")
+        with pytest.raises(ShapesError, match=msg):
+            load_shapes(f)
+
+
+def test_copy_bandwidth_of_a_linear_scan():
+    from samu_tune.cli import bandwidth
+    p = LinearProblem(B=4, L=4096, D=512, dtype="bfloat16", complex=True, backward=False)
+    # forward: a (fp32) read, b read and h written (bf16), pairs
+    assert bandwidth.moved_bytes(p) == 2 * 4 * 4096 * 512 * (4 + 2 * 2)
+    train = p.model_copy(update=dict(backward=True, complex=False))
+    assert bandwidth.moved_bytes(train) == 4 * 4096 * 512 * (3 * 4 + 5 * 2)
+    assert bandwidth.fraction(p, 1.0, 1e12) == pytest.approx(bandwidth.moved_bytes(p) / 1e9)

@@ -6,6 +6,7 @@ shapes:                       # or the list at top level
   - {B: 1, L: 16384, M: 256, resets: true, initial_state: true, final_state: true}
   - {op: decode, B: [1, 8, 64], M: 1024, dtype: bfloat16}     # SAMU.step, state given
   - {op: layer, B: 4, L: 4096, M: 512, mode: both}             # SAMU.forward (x [B, L, 2M])
+  - {op: linear, B: 4, L: 4096, D: 512, complex: true}          # samu_tune.complex_scan
 ```
 B, L, M are a number or a list (the entry is their product); dtype is the writes' dtype,
 control_dtype the controls'; mode is forward, train or both.  ``op: decode`` entries are decode
@@ -13,7 +14,11 @@ steps (:class:`samu_tune.ops.decode.problem.DecodeProblem`): no L, forward only 
 ``initial_state`` (default true) says whether a state is passed; the scan-only fields
 (control_dtype, resets, final_state) are refused.  ``op: layer`` entries are SAMU layer calls
 (:class:`samu_tune.ops.layer.problem.LayerProblem`: unfused vs fused): as scan entries, without
-control_dtype and final_state (fp32 controls, final state always).
+control_dtype and final_state (fp32 controls, final state always).  ``op: linear`` entries are
+generic linear scans (:class:`samu_tune.ops.linear.problem.LinearProblem`: ``real_scan`` /
+``complex_scan``): D in place of M, ``a_dtype`` (default float32) the decays' dtype,
+``complex``, ``reverse`` and ``initial_state`` (default false) as the problem's fields; the
+SAMU-only fields (control_dtype, resets, final_state) are refused.
 """
 from __future__ import annotations
 
@@ -27,10 +32,14 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_valid
 
 from samu_tune.ops.decode.problem import DecodeProblem
 from samu_tune.ops.layer.problem import LayerProblem
+from samu_tune.ops.linear.problem import LinearProblem
 from samu_tune.problem import Problem, dtype_name
 from samu_tune.ops.scan.problem import ScanProblem
 
 Sizes = Union[int, list[int]]
+# the fields of one family of ops only: the linear scan's, the SAMU ops'
+_LINEAR_ONLY = ("D", "a_dtype", "complex", "reverse")
+_SAMU_ONLY = ("M", "control_dtype", "resets", "final_state")
 
 
 class ShapesError(ValueError):
@@ -40,35 +49,39 @@ class ShapesError(ValueError):
 class ShapeEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    op: Literal["scan", "decode", "layer"] = "scan"
+    op: Literal["scan", "decode", "layer", "linear"] = "scan"
     B: Sizes
     L: Optional[Sizes] = None
-    M: Sizes
+    M: Optional[Sizes] = None
+    D: Optional[Sizes] = None               # linear
     dtype: str = "bfloat16"
     control_dtype: str = "float32"
+    a_dtype: str = "float32"                # linear
+    complex: bool = False                   # linear
+    reverse: bool = False                   # linear
     mode: Literal["forward", "train", "both"] = "both"
     resets: bool = False
-    initial_state: Optional[bool] = None   # scan: False; decode: True
+    initial_state: Optional[bool] = None   # scan, layer, linear: False; decode: True
     final_state: bool = False
 
     @model_validator(mode="after")
     def _fields_of_the_op(self) -> "ShapeEntry":
-        if self.op in ("scan", "layer") and self.L is None:
-            raise ValueError(f"a {self.op} shape needs L")
-        if self.op == "layer":
-            extra = [f for f in ("control_dtype", "final_state") if f in self.model_fields_set]
-            if extra:
-                raise ValueError(f"a layer shape has no {', '.join(extra)}")
-        if self.op == "decode":
-            given = self.model_fields_set
-            extra = [f for f in ("L", "control_dtype", "resets", "final_state") if f in given]
-            if extra:
-                raise ValueError(f"a decode shape has no {', '.join(extra)}")
-            if self.mode == "train":
-                raise ValueError("a decode shape is forward only (mode forward or both)")
+        width = "D" if self.op == "linear" else "M"
+        for field in (("L", width) if self.op != "decode" else (width,)):
+            if getattr(self, field) is None:
+                raise ValueError(f"a {self.op} shape needs {field}")
+        given = self.model_fields_set
+        alien = {"scan": _LINEAR_ONLY, "layer": _LINEAR_ONLY + ("control_dtype", "final_state"),
+                 "decode": _LINEAR_ONLY + ("L", "control_dtype", "resets", "final_state"),
+                 "linear": _SAMU_ONLY}[self.op]
+        extra = [f for f in alien if f in given]
+        if extra:
+            raise ValueError(f"a {self.op} shape has no {', '.join(extra)}")
+        if self.op == "decode" and self.mode == "train":
+            raise ValueError("a decode shape is forward only (mode forward or both)")
         return self
 
-    @field_validator("B", "L", "M")
+    @field_validator("B", "L", "M", "D")
     @classmethod
     def _positive(cls, v: Optional[Sizes]) -> Optional[list[int]]:
         if v is None:
@@ -81,7 +94,7 @@ class ShapeEntry(BaseModel):
                 raise ValueError(f"must be >= 1, got {x}")
         return values
 
-    @field_validator("dtype", "control_dtype")
+    @field_validator("dtype", "control_dtype", "a_dtype")
     @classmethod
     def _dtype(cls, v: str) -> str:
         try:
@@ -101,6 +114,12 @@ class ShapeEntry(BaseModel):
             return [DecodeProblem(B=b, M=m, dtype=self.dtype, device=device,
                                   initial_state=state)
                     for b, m in itertools.product(self.B, self.M)]
+        if self.op == "linear":
+            return [LinearProblem(B=b, L=l, D=d, dtype=self.dtype, a_dtype=self.a_dtype,
+                                  complex=self.complex, reverse=self.reverse,
+                                  initial_state=bool(self.initial_state), device=device,
+                                  backward=(md == "train"))
+                    for md, b, l, d in itertools.product(modes, self.B, self.L, self.D)]
         if self.op == "layer":
             return [LayerProblem(B=b, L=l, M=m, dtype=self.dtype, device=device,
                                  backward=(md == "train"), resets=self.resets,
