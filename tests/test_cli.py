@@ -289,6 +289,29 @@ def test_explain_layer_and_decode_ops(cache_dir, capsys):
     assert status == 2 and "--L is required" in err
 
 
+def test_explain_linear_op(cache_dir, capsys):
+    status, out, _ = run(capsys, "explain", "--op", "linear", "--B", "2", "--L", "40", "--D",
+                         "20", "--dtype", "float32", "--complex", "--reverse", "--mode",
+                         "train", "--json", "--device", "cpu")
+    data = json.loads(out)
+    assert {r["name"] for r in data["strategies"]} == {
+        s.name for s in registry.all_strategies("linear")}
+    assert data["problem"]["complex"] and data["problem"]["reverse"]
+    assert data["problem"]["D"] == 20 and data["problem"]["backward"]
+    status, out, _ = run(capsys, "explain", "--op", "linear", "--B", "2", "--L", "4000", "--D",
+                         "200", "--device", "cpu")
+    assert status == 0 and "linear:B2-L4000-D200-bf16-af32-real-forward" in out
+    for argv, message in ((("--op", "linear", "--L", "8", "--M", "4"), "--D is required"),
+                          (("--op", "linear", "--L", "8", "--D", "4", "--M", "4"),
+                           "--M: --op linear takes --D"),
+                          (("--op", "linear", "--L", "8", "--D", "4", "--resets"),
+                           "--resets: not for --op linear"),
+                          (("--L", "8", "--M", "4", "--complex"),
+                           "--complex: only for --op linear")):
+        status, _, err = run(capsys, "explain", "--B", "2", *argv, "--device", "cpu")
+        assert status == 2 and message in err, err
+
+
 # ---- cache ---------------------------------------------------------------------------------
 
 def test_cache_commands(cache_dir, tmp_path, capsys, monkeypatch):

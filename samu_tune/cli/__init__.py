@@ -118,13 +118,18 @@ def _info_parsers(sub) -> None:
     p.set_defaults(func=info.run_strategies)
 
     p = sub.add_parser("explain", help="eligibility of each strategy and what dispatch chooses")
-    p.add_argument("--op", choices=("scan", "layer", "decode"), default="scan",
-                   help="the scan (default), the SAMU layer or its decode step")
+    p.add_argument("--op", choices=("scan", "layer", "decode", "linear"), default="scan",
+                   help="the scan (default), the SAMU layer, its decode step or the linear "
+                        "scan (real_scan / complex_scan)")
     p.add_argument("--B", type=_positive_int, required=True)
     p.add_argument("--L", type=_positive_int, help="sequence length (not for --op decode)")
-    p.add_argument("--M", type=_positive_int, required=True)
-    p.add_argument("--dtype", type=_dtype, default="bfloat16", help="dtype of br, bi")
+    p.add_argument("--M", type=_positive_int, help="modes (not for --op linear)")
+    p.add_argument("--D", type=_positive_int, help="channels (--op linear only)")
+    p.add_argument("--dtype", type=_dtype, default="bfloat16", help="dtype of br, bi (linear: b)")
     p.add_argument("--control-dtype", type=_dtype, default="float32", help="dtype of eta, delta")
+    p.add_argument("--a-dtype", type=_dtype, help="--op linear: dtype of a (default float32)")
+    p.add_argument("--complex", action="store_true", help="--op linear: complex_scan")
+    p.add_argument("--reverse", action="store_true", help="--op linear: right to left")
     p.add_argument("--mode", choices=("forward", "train"), default="forward")
     p.add_argument("--resets", action="store_true", help="with segment_pos")
     p.add_argument("--initial-state", action="store_true", help="(decode: a state given)")

@@ -10,6 +10,7 @@ from samu_tune import registry
 from samu_tune.explanation import explain_problem
 from samu_tune.ops.decode.problem import DecodeProblem
 from samu_tune.ops.layer.problem import LayerProblem
+from samu_tune.ops.linear.problem import LinearProblem
 from samu_tune.ops.scan.problem import ScanProblem
 from samu_tune.cli import console, render
 from samu_tune.cli.console import CLIError
@@ -34,8 +35,9 @@ def run_strategies(args: argparse.Namespace) -> int:
 
 def problem_from_args(args: argparse.Namespace):
     """The ScanProblem, LayerProblem (``--op layer``: the layer's scan fields, final state
-    always) or DecodeProblem (``--op decode``: B, M, dtype, a state given or not) of the
-    explain arguments."""
+    always), DecodeProblem (``--op decode``: B, M, dtype, a state given or not) or
+    LinearProblem (``--op linear``: B, L, D, dtypes, complex, reverse, a state given or not)
+    of the explain arguments."""
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -43,6 +45,27 @@ def problem_from_args(args: argparse.Namespace):
         raise CLIError("--device cuda: no CUDA GPU found (explain uses this device's "
                        "signature and cache)")
     op = getattr(args, "op", "scan")
+    width, other = ("D", "M") if op == "linear" else ("M", "D")
+    if getattr(args, width, None) is None:
+        raise CLIError(f"--{width} is required for --op {op}")
+    if getattr(args, other, None) is not None:
+        raise CLIError(f"--{other}: --op {op} takes --{width}")
+    linear_only = [f for f, v in (("--a-dtype", args.a_dtype), ("--complex", args.complex),
+                                  ("--reverse", args.reverse)) if v]
+    if op != "linear" and linear_only:
+        raise CLIError(f"{', '.join(linear_only)}: only for --op linear")
+    if op == "linear":
+        samu_only = [f for f, v in (("--resets", args.resets),
+                                    ("--final-state", args.final_state)) if v]
+        if samu_only:
+            raise CLIError(f"{', '.join(samu_only)}: not for --op linear")
+        if args.L is None:
+            raise CLIError("--L is required for --op linear")
+        return LinearProblem(B=args.B, L=args.L, D=args.D, dtype=args.dtype,
+                             a_dtype=args.a_dtype or "float32", complex=args.complex,
+                             reverse=args.reverse,
+                             initial_state=args.initial_state, backward=args.mode == "train",
+                             device=device, deterministic=args.deterministic)
     if op == "decode":
         if args.L is not None:
             raise CLIError("--L: a decode step has no sequence length (drop --L for --op "
