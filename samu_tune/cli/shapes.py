@@ -8,7 +8,7 @@ shapes:                       # or the list at top level
   - {op: layer, B: 4, L: 4096, M: 512, mode: both}             # SAMU.forward (x [B, L, 2M])
   - {op: linear, B: 4, L: 4096, D: 512, complex: true}          # samu_tune.complex_scan
 ```
-B, L, M are a number or a list (the entry is their product); dtype is the writes' dtype,
+B, L, M (D) are a number or a list (the entry is their product); dtype is the writes' dtype,
 control_dtype the controls'; mode is forward, train or both.  ``op: decode`` entries are decode
 steps (:class:`samu_tune.ops.decode.problem.DecodeProblem`): no L, forward only (mode both means forward),
 ``initial_state`` (default true) says whether a state is passed; the scan-only fields
