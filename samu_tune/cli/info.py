@@ -54,18 +54,6 @@ def problem_from_args(args: argparse.Namespace):
                                   ("--reverse", args.reverse)) if v]
     if op != "linear" and linear_only:
         raise CLIError(f"{', '.join(linear_only)}: only for --op linear")
-    if op == "linear":
-        samu_only = [f for f, v in (("--resets", args.resets),
-                                    ("--final-state", args.final_state)) if v]
-        if samu_only:
-            raise CLIError(f"{', '.join(samu_only)}: not for --op linear")
-        if args.L is None:
-            raise CLIError("--L is required for --op linear")
-        return LinearProblem(B=args.B, L=args.L, D=args.D, dtype=args.dtype,
-                             a_dtype=args.a_dtype or "float32", complex=args.complex,
-                             reverse=args.reverse,
-                             initial_state=args.initial_state, backward=args.mode == "train",
-                             device=device, deterministic=args.deterministic)
     if op == "decode":
         if args.L is not None:
             raise CLIError("--L: a decode step has no sequence length (drop --L for --op "
@@ -74,6 +62,16 @@ def problem_from_args(args: argparse.Namespace):
                              initial_state=args.initial_state)
     if args.L is None:
         raise CLIError(f"--L is required for --op {op}")
+    if op == "linear":
+        samu_only = [f for f, v in (("--resets", args.resets),
+                                    ("--final-state", args.final_state)) if v]
+        if samu_only:
+            raise CLIError(f"{', '.join(samu_only)}: not for --op linear")
+        return LinearProblem(B=args.B, L=args.L, D=args.D, dtype=args.dtype,
+                             a_dtype=args.a_dtype or "float32", complex=args.complex,
+                             reverse=args.reverse, initial_state=args.initial_state,
+                             backward=args.mode == "train", device=device,
+                             deterministic=args.deterministic)
     if op == "layer":
         return LayerProblem(B=args.B, L=args.L, M=args.M, dtype=args.dtype, device=device,
                             backward=args.mode == "train", resets=args.resets,
